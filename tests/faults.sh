@@ -64,6 +64,10 @@ for n in 2 4; do
     run $n mismatch-ring
     check_survivors $n "mismatch-ring n=$n" "mismatch" "ring"
 
+    run $n kill-alltoallv
+    [ $rc -ne 0 ] && ok || fail "kill-alltoallv n=$n: launcher exited 0"
+    check_survivors $n "kill-alltoallv n=$n" "rank $last" "killed by signal 9" "alltoallv #"
+
     run $n mismatch-alltoallv
     check_survivors $n "mismatch-alltoallv n=$n" "mismatch" "alltoallv" "f64"
 
@@ -101,7 +105,7 @@ done
 for k in $kids; do kill -9 "$k" 2>/dev/null; done
 
 if [ -n "$MPIEXEC" ]; then
-    for mode in kill mismatch-op stall mismatch-alltoallv; do
+    for mode in kill kill-alltoallv mismatch-op stall mismatch-alltoallv; do
         out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader DTRAIN_FAKE_NODES=2 \
               timeout 30 "$MPIEXEC" --oversubscribe -np 4 "$PROG" $mode 2>/dev/null)
         rc=$?

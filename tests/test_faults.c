@@ -7,6 +7,7 @@
 #include "dtrain/train.h"
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +25,8 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 5; k++) dt_comm_allreduce(w, buf, buf, n, DT_F32, DT_SUM);
     dt_status st;
     int bad = p - 1;
-    if (!strcmp(mode, "kill") || !strcmp(mode, "exit")) {
+    bool a2a = !strcmp(mode, "kill-alltoallv"); /* the survivors wait in an alltoallv (an expert dispatch) */
+    if (!strcmp(mode, "kill") || !strcmp(mode, "exit") || a2a) {
         /* As a training rank does: mpirun answers the death with SIGTERM to the rest (SIGKILL 1 s later), which
          * asks to stop after the step, so the collective in hand still names who died (without this the
          * report raced mpirun's SIGTERM and sometimes lost) */
@@ -35,10 +37,13 @@ int main(int argc, char **argv) {
         t_act = t;
         if (r == bad) {
             while (dt_time_now() < t) usleep(1000);
-            if (!strcmp(mode, "kill")) raise(SIGKILL);
+            if (strcmp(mode, "exit")) raise(SIGKILL);
             _exit(0);
         }
-        st = dt_comm_allreduce(w, buf, buf, n, DT_F32, DT_SUM);
+        size_t sc[64], rc[64];
+        for (int q = 0; q < p && q < 64; q++) sc[q] = 1000 * (size_t)(q + 1);
+        st = !a2a ? dt_comm_allreduce(w, buf, buf, n, DT_F32, DT_SUM)
+             : p > 64 ? DT_ERR_ARG : dt_comm_alltoallv(w, buf, sc, buf + n, n, rc, DT_F32);
     } else if (!strcmp(mode, "mismatch-op")) {
         t_act = dt_time_now();
         st = r == bad ? dt_comm_broadcast(w, buf, n, DT_F32, 0) : dt_comm_allreduce(w, buf, buf, n, DT_F32, DT_SUM);

@@ -242,8 +242,13 @@ static dt_status mpi_stall(dt_comm *c, int peer, double waited, bool *warned) {
     return dt_error(DT_ERR_PEER, "%s", msg);
 }
 
+/* While it waits on another machine, a rank also looks after its own machine's peers every 5 ms, as a wait on shared
+ * memory does: a peer here that died is named here (and the news sent on) even when every rank that would wait for it
+ * on shared memory waits through MPI instead (a pairwise exchange whose ranks each wait on another machine). */
+#define PEERS_EVERY 5e-3
+
 static dt_status mpi_wait_all(dt_comm *c, int n, MPI_Request *reqs, MPI_Status *sts, int peer) {
-    double t0 = 0;
+    double t0 = 0, peers_at = 0;
     bool warned = false;
     for (unsigned spins = 0;; spins++) {
         int flag = 0;
@@ -254,7 +259,11 @@ static dt_status mpi_wait_all(dt_comm *c, int n, MPI_Request *reqs, MPI_Status *
             dt_status st = dt_mpi_check_abort(c);
             if (!st && c->seg) st = dt_shm_check_abort(c);
             double now = dt_time_now();
-            if (t0 == 0) t0 = now;
+            if (t0 == 0) t0 = peers_at = now;
+            if (!st && c->seg && c->slots && now - peers_at >= PEERS_EVERY) {
+                st = dt_group_check_peers(c, -1, NULL, NULL);
+                peers_at = now;
+            }
             if (!st) st = mpi_stall(c, peer, now - t0, &warned);
             if (st) return st;
             sched_yield();

@@ -78,11 +78,14 @@ rig_loss 0
 
 # a rank killed on machine 2 (rank 3 of 2 x 2): a rank on machine 1 names it within a second (mpirun ends the job at
 # the first death, so one report in time is what can be asked)
-rig_mpirun -np 4 --map-by ppr:2:node "$FAULTS" kill > "$dir/out" 2> "$dir/err"
-line=$(grep -E "^rank [01]: error after" "$dir/out" | head -1)
-t=$(echo "$line" | sed 's/.*error after \([0-9.]*\) s.*/\1/')
-echo "$line" | grep -q "rank 3" && awk "BEGIN{exit !(${t:-9} < 1.0)}" && ok "a rank killed on machine 2, named by machine 1 after $t s" ||
-    fail "killed rank across machines: $(head -c 400 "$dir/out") / mpirun: $(grep -v '^ *$' "$dir/err" | head -c 600)"
+# the same with the others in an alltoallv (an expert dispatch), where every rank waits on the other machine
+for mode in kill kill-alltoallv; do
+    rig_mpirun -np 4 --map-by ppr:2:node "$FAULTS" $mode > "$dir/out" 2> "$dir/err"
+    line=$(grep -E "^rank [01]: error after" "$dir/out" | head -1)
+    t=$(echo "$line" | sed 's/.*error after \([0-9.]*\) s.*/\1/')
+    echo "$line" | grep -q "rank 3" && awk "BEGIN{exit !(${t:-9} < 1.0)}" && ok "$mode: a rank killed on machine 2, named by machine 1 after $t s" ||
+        fail "$mode: killed rank across machines: $(head -c 400 "$dir/out") / mpirun: $(grep -v '^ *$' "$dir/err" | head -c 600)"
+done
 
 # train ranks across the machines, found by machine and rank
 rank_pid() { # MACHINE: the dtrain rank running there
