@@ -4,7 +4,7 @@
 # its daemons on each through a launch agent, so ranks on different machines
 # talk over TCP. Checks the rig itself (host names, addresses, 2 nodes, the
 # link's rate and delay), the collectives against the sequential reference on 2
-# machines x 2 ranks, DDP and every ZeRO stage giving the local launch's
+# machines x 2 ranks, DDP, every ZeRO stage and EP 2 giving the local launch's
 # losses, a killed rank, a stopped rank and a pulled cable named by the
 # other machine in time, and that nothing is left behind.
 # usage: cluster.sh DTRAIN TEST_COLLECTIVES TEST_FAULTS
@@ -65,6 +65,15 @@ for s in ddp zero1 zero2 zero3; do
         ok "$s across 2 machines: the local launch's 8 losses ($(losses "$dir/rig.$s" | tail -1))" ||
         fail "$s across 2 machines: $(losses "$dir/rig.$s" | tail -1) vs $(losses "$dir/local.$s" | tail -1); $(tail -3 "$dir/out")"
 done
+
+# expert parallelism across 2 machines (4 experts, top-2, EP 2): each layer's dispatch and combine are alltoallv's
+# over the link, and the losses are the local launch's
+ep=(--experts 4 --experts-top-k 2 --ep 2)
+"$DTRAIN" train "${model[@]}" "${ep[@]}" --nproc 2 --metrics "$dir/local.ep" > /dev/null 2>&1
+rig_mpirun -np 2 --map-by node "$DTRAIN" train "${model[@]}" "${ep[@]}" --metrics "$dir/rig.ep" > "$dir/out" 2>&1
+[ -s "$dir/rig.ep" ] && [ "$(losses "$dir/rig.ep")" = "$(losses "$dir/local.ep")" ] &&
+    ok "EP 2 across 2 machines: the local launch's 8 losses ($(losses "$dir/rig.ep" | tail -1))" ||
+    fail "EP 2 across 2 machines: $(losses "$dir/rig.ep" | tail -1) vs $(losses "$dir/local.ep" | tail -1); $(tail -3 "$dir/out")"
 
 # a link that drops 1% of the TCP frames it carries, one in every 100 (tc netem is not in this kernel; the switch drops
 # them with nftables): training completes with the local launch's losses
