@@ -166,9 +166,9 @@ dt_status dt_comm_reduce(dt_comm *c, const void *sendbuf, void *recvbuf, size_t 
                          dt_dtype dtype, dt_op op, int root);
 /* An all-to-all of uneven blocks (a mixture of experts' dispatch): sendbuf holds a block for every rank, sendcounts[j]
  * elements for rank j, one after another; recvbuf receives this rank's block from every rank, recvcounts[j] from
- * rank j (filled in), one after another in rank order. The counts travel first, every rank's to every rank, so no
- * rank waits on a shape another did not send (DeepSpeed #6809's hang); a rank whose blocks would not fit its recvcap
- * elements fails every rank with one message naming it, before any data moves. */
+ * rank j (filled in), one after another in rank order. The counts travel with the blocks (small ones) or before them,
+ * every rank's to every rank, so no rank waits on a shape another did not send (DeepSpeed #6809's hang); a rank whose
+ * blocks would not fit its recvcap elements fails every rank with one message naming it, before any block lands. */
 dt_status dt_comm_alltoallv(dt_comm *c, const void *sendbuf, const size_t *sendcounts, void *recvbuf, size_t recvcap,
                             size_t *recvcounts, dt_dtype dtype);
 /* sendbuf and recvbuf hold size*count elements; block j goes to rank j. */
