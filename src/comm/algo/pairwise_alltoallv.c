@@ -1,5 +1,6 @@
-/* alltoallv with ranks on other machines (dt_comm_alltoallv where not every rank shares this machine's segment), pair
- * by pair: at step k rank r sends to r + k while it receives from r - k. Each message holds the sender's row (its
+/* alltoallv with ranks on other machines (dt_comm_alltoallv where not every rank shares this machine's segment): one
+ * message from each rank to each other rank, those to other machines posted at once, those on this machine pair by
+ * pair (at step k rank r sends to r + k while it receives from r - k). Each message holds the sender's row (its
  * room and its counts for every rank, so that every rank checks every receipt the same way and all refuse alike, as on
  * shared memory) and, where it is small (ride(p) bytes), its block for that rank: then one message each way is the
  * whole call, as in Open MPI's MPI_Alltoallv, whose counts are known beforehand. The receiver takes the message at
@@ -74,27 +75,63 @@ static dt_status receipts(dt_comm *c, uint8_t *const *rows) {
     return DT_OK;
 }
 
-/* The first round: this rank's row (and its block where it rides) to each rank, each rank's into its slot of in. */
+/* Whether peer j is on another machine (its messages go through MPI). */
+static bool remote(const dt_comm *c, int j) { return !c->slots || c->local_index[j] < 0; }
+
+/* A message's length against its sender's row (and block, where it rides). */
+static dt_status check_length(int p, int from, int r, size_t es, const uint8_t *row, size_t got) {
+    size_t want = got < 8 ? 8 : row_bytes(p, word(row));
+    if (got >= want && word(row) & RIDES) want += count_at(row, r) * es;
+    if (got == want) return DT_OK;
+    return dt_error(DT_ERR_MISMATCH, "collective mismatch: alltoallv: rank %d's message to rank %d holds %zu bytes where its row says %zu "
+                    "(ranks called with different element types?)", from, r, got, want);
+}
+
+/* The first round: this rank's row (and its block where it rides) to each rank, msg[k] to rank r + k, and each rank's
+ * into its slot of in. The messages to other machines are posted at once (one round trip for them all, as Open MPI's
+ * alltoallv posts its pairs), those on this machine go pair by pair in step order meanwhile, and the posted ones are
+ * completed last. */
 static dt_status rows_round(dt_comm *c, const coll_args *a, const size_t *sat, size_t es, uint8_t *out, uint8_t *in, size_t slot,
-                            uint8_t **rows) {
+                            uint8_t **rows, size_t *got, void *xfers) {
     int p = c->size, r = c->rank;
     size_t head = write_row(a, p, out), most = ride(p);
     dt_status st = DT_OK;
     rows[r] = out;
+    for (int k = 1; k < p; k++) { /* the messages */
+        int to = (r + k) % p;
+        uint8_t *msg = out + (size_t)k * slot;
+        size_t block = a->counts[to] * es;
+        memcpy(msg, out, head);
+        set_word(msg, block <= most ? word(out) | RIDES : word(out));
+        if (block <= most && block) memcpy(msg + head, (const char *)a->sendbuf + sat[to] * es, block);
+        got[k] = head + (block <= most ? block : 0); /* (its length, until the receipt's replaces it) */
+        rows[(r - k + p) % p] = in + (size_t)(k - 1) * slot;
+    }
+#ifdef DT_HAVE_MPI
+    dt_mpi_xfer *x = xfers;
     for (int k = 1; !st && k < p; k++) {
         int to = (r + k) % p, from = (r - k + p) % p;
-        size_t block = a->counts[to] * es, len = head, got = 0;
-        set_word(out, block <= most ? word(out) | RIDES : word(out) & ~RIDES);
-        if (block <= most && block) memcpy(out + head, (const char *)a->sendbuf + sat[to] * es, block), len += block;
-        rows[from] = in + (size_t)(k - 1) * slot;
-        st = dt_p2p_exchange_upto(c, to, out, len, from, rows[from], slot, &got);
-        size_t want = got < 8 ? 8 : row_bytes(p, word(rows[from]));
-        if (!st && got >= want && word(rows[from]) & RIDES) want += count_at(rows[from], r) * es;
-        if (!st && got != want)
-            st = dt_error(DT_ERR_MISMATCH, "collective mismatch: alltoallv: rank %d's message to rank %d holds %zu bytes where its row "
-                          "says %zu (ranks called with different element types?)", from, r, got, want);
+        bool rs = remote(c, to), rr = remote(c, from);
+        x[k].n = 0;
+        if (rs || rr) st = dt_mpi_start(c, rs ? to : -1, out + (size_t)k * slot, rs ? got[k] : 0, rr ? from : -1, rows[from], rr ? slot : 0, DT_F32, -1, &x[k]);
+        x[k].upto = true;
     }
-    set_word(out, word(out) & ~RIDES); /* its own block stays home */
+#else
+    (void)xfers;
+#endif
+    for (int k = 1; !st && k < p; k++) {
+        int to = (r + k) % p, from = (r - k + p) % p, speer = remote(c, to) ? -1 : to, rpeer = remote(c, from) ? -1 : from;
+        size_t n = 0;
+        if (speer >= 0 || rpeer >= 0) st = dt_p2p_exchange_upto(c, speer, out + (size_t)k * slot, got[k], rpeer, rows[from], slot, &n);
+        if (rpeer >= 0) got[k] = n;
+    }
+#ifdef DT_HAVE_MPI
+    for (int k = 1; !st && k < p; k++) {
+        st = dt_mpi_finish(c, &x[k]);
+        if (!st && remote(c, (r - k + p) % p)) got[k] = x[k].rbytes;
+    }
+#endif
+    for (int k = 1; !st && k < p; k++) st = check_length(p, (r - k + p) % p, r, es, rows[(r - k + p) % p], got[k]);
     return st;
 }
 
@@ -114,17 +151,23 @@ static dt_status blocks_round(dt_comm *c, const coll_args *a, uint8_t *const *ro
 
 dt_status dt_pairwise_alltoallv_run(dt_comm *c, const coll_args *a) {
     int p = c->size, r = c->rank;
-    size_t es = dt_dtype_size(a->dtype), slot = row_bytes(p, 0) + ride(p), so = 0, ro = 0;
+    size_t es = dt_dtype_size(a->dtype), slot = (row_bytes(p, 0) + ride(p) + 7) & ~(size_t)7, so = 0, ro = 0;
     /* up to 16 ranks on the stack (a dispatch of a few hundred bytes must not pay for allocations) */
-    size_t sat_local[2 * 16];
+    size_t sat_local[3 * 16];
     uint8_t *rows_local[16];
+#ifdef DT_HAVE_MPI
+    dt_mpi_xfer x_local[16], *x = p > 16 ? malloc(sizeof *x * (size_t)p) : x_local;
+#else
+    void *x = rows_local;
+#endif
     bool heap = p > 16;
-    size_t *sat = heap ? malloc(sizeof *sat * 2 * (size_t)p) : sat_local, *rat = sat ? sat + p : NULL;
+    size_t *sat = heap ? malloc(sizeof *sat * 3 * (size_t)p) : sat_local, *rat = sat ? sat + p : NULL, *got = sat ? sat + 2 * p : NULL;
     uint8_t **rows = heap ? malloc(sizeof *rows * (size_t)p) : rows_local;
-    uint8_t *out = dt_comm_work(c, 0, slot), *in = dt_comm_work(c, 1, slot * (size_t)(p - 1));
-    dt_status st = sat && rows && out && in ? DT_OK : dt_error(DT_ERR_NOMEM, "alltoallv: out of memory");
+    /* this rank's row, then its message to each rank; the others' messages */
+    uint8_t *out = dt_comm_work(c, 0, slot * (size_t)p), *in = dt_comm_work(c, 1, slot * (size_t)(p - 1));
+    dt_status st = sat && rows && x && out && in ? DT_OK : dt_error(DT_ERR_NOMEM, "alltoallv: out of memory");
     for (int j = 0; !st && j < p; j++) sat[j] = so, so += a->counts[j];
-    if (!st) st = rows_round(c, a, sat, es, out, in, slot, rows);
+    if (!st) st = rows_round(c, a, sat, es, out, in, slot, rows, got, x);
     if (!st) st = receipts(c, rows);
     for (int j = 0; !st && j < p; j++) a->rcounts[j] = count_at(rows[j], r), rat[j] = ro, ro += a->rcounts[j];
     char *rb = a->recvbuf;
@@ -133,5 +176,8 @@ dt_status dt_pairwise_alltoallv_run(dt_comm *c, const coll_args *a) {
         if (j != r && word(rows[j]) & RIDES && a->rcounts[j]) memcpy(rb + rat[j] * es, rows[j] + row_bytes(p, word(rows[j])), a->rcounts[j] * es);
     if (!st) st = blocks_round(c, a, rows, sat, rat, es);
     if (heap) free(sat), free(rows);
+#ifdef DT_HAVE_MPI
+    if (heap) free(x);
+#endif
     return st;
 }
