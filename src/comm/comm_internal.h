@@ -281,7 +281,7 @@ dt_status dt_shm_direct_run(dt_comm *c, const coll_args *a);
 void dt_copy_out(uint8_t *dst, const uint8_t *src, size_t bytes, bool stream);
 /* alltoallv with every rank on this machine (shm_alltoallv.c). */
 dt_status dt_shm_alltoallv_run(dt_comm *c, const coll_args *a);
-/* alltoallv with ranks on other machines, pair by pair (pairwise_alltoallv.c). */
+/* alltoallv with ranks on other machines: a message from each rank to each, the counts in it (pairwise_alltoallv.c). */
 dt_status dt_pairwise_alltoallv_run(dt_comm *c, const coll_args *a);
 
 /* ---- cross-memory attach (cma.c) ---- */

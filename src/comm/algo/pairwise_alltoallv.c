@@ -87,12 +87,12 @@ static dt_status check_length(int p, int from, int r, size_t es, const uint8_t *
                     "(ranks called with different element types?)", from, r, got, want);
 }
 
-/* The first round: this rank's row (and its block where it rides) to each rank, msg[k] to rank r + k, and each rank's
- * into its slot of in. The messages to other machines are posted at once (one round trip for them all, as Open MPI's
- * alltoallv posts its pairs), those on this machine go pair by pair in step order meanwhile, and the posted ones are
- * completed last. */
+/* The first round: this rank's row (and its block where it rides) to each rank, the message to rank r + k at out + k
+ * slots and sent[k] bytes long, the one from rank r - k into its slot of in, got[k] bytes long. The messages to other
+ * machines are posted at once (one round trip for them all, as Open MPI's alltoallv posts its pairs), those on this
+ * machine go pair by pair in step order meanwhile, and the posted ones are completed last. */
 static dt_status rows_round(dt_comm *c, const coll_args *a, const size_t *sat, size_t es, uint8_t *out, uint8_t *in, size_t slot,
-                            uint8_t **rows, size_t *got, void *xfers) {
+                            uint8_t **rows, size_t *sent, size_t *got, void *xfers) {
     int p = c->size, r = c->rank;
     size_t head = write_row(a, p, out), most = ride(p);
     dt_status st = DT_OK;
@@ -104,7 +104,7 @@ static dt_status rows_round(dt_comm *c, const coll_args *a, const size_t *sat, s
         memcpy(msg, out, head);
         set_word(msg, block <= most ? word(out) | RIDES : word(out));
         if (block <= most && block) memcpy(msg + head, (const char *)a->sendbuf + sat[to] * es, block);
-        got[k] = head + (block <= most ? block : 0); /* (its length, until the receipt's replaces it) */
+        sent[k] = head + (block <= most ? block : 0);
         rows[(r - k + p) % p] = in + (size_t)(k - 1) * slot;
     }
 #ifdef DT_HAVE_MPI
@@ -113,7 +113,7 @@ static dt_status rows_round(dt_comm *c, const coll_args *a, const size_t *sat, s
         int to = (r + k) % p, from = (r - k + p) % p;
         bool rs = remote(c, to), rr = remote(c, from);
         x[k].n = 0;
-        if (rs || rr) st = dt_mpi_start(c, rs ? to : -1, out + (size_t)k * slot, rs ? got[k] : 0, rr ? from : -1, rows[from], rr ? slot : 0, DT_F32, -1, &x[k]);
+        if (rs || rr) st = dt_mpi_start(c, rs ? to : -1, out + (size_t)k * slot, rs ? sent[k] : 0, rr ? from : -1, rows[from], rr ? slot : 0, DT_F32, -1, &x[k]);
         x[k].upto = true;
     }
 #else
@@ -121,14 +121,13 @@ static dt_status rows_round(dt_comm *c, const coll_args *a, const size_t *sat, s
 #endif
     for (int k = 1; !st && k < p; k++) {
         int to = (r + k) % p, from = (r - k + p) % p, speer = remote(c, to) ? -1 : to, rpeer = remote(c, from) ? -1 : from;
-        size_t n = 0;
-        if (speer >= 0 || rpeer >= 0) st = dt_p2p_exchange_upto(c, speer, out + (size_t)k * slot, got[k], rpeer, rows[from], slot, &n);
-        if (rpeer >= 0) got[k] = n;
+        if (speer >= 0 || rpeer >= 0) st = dt_p2p_exchange_upto(c, speer, out + (size_t)k * slot, sent[k], rpeer, rows[from], slot, &got[k]);
     }
 #ifdef DT_HAVE_MPI
     for (int k = 1; !st && k < p; k++) {
+        int from = (r - k + p) % p;
         st = dt_mpi_finish(c, &x[k]);
-        if (!st && remote(c, (r - k + p) % p)) got[k] = x[k].rbytes;
+        if (!st && remote(c, from)) got[k] = x[k].rbytes;
     }
 #endif
     for (int k = 1; !st && k < p; k++) st = check_length(p, (r - k + p) % p, r, es, rows[(r - k + p) % p], got[k]);
@@ -138,10 +137,11 @@ static dt_status rows_round(dt_comm *c, const coll_args *a, const size_t *sat, s
 /* The blocks that did not ride, pair by pair. */
 static dt_status blocks_round(dt_comm *c, const coll_args *a, uint8_t *const *rows, const size_t *sat, const size_t *rat, size_t es) {
     int p = c->size, r = c->rank;
+    size_t most = ride(p);
     dt_status st = DT_OK;
     for (int k = 1; !st && k < p; k++) {
         int to = (r + k) % p, from = (r - k + p) % p;
-        size_t sb = a->counts[to] * es > ride(p) ? a->counts[to] * es : 0, rb = word(rows[from]) & RIDES ? 0 : a->rcounts[from] * es;
+        size_t sb = a->counts[to] * es > most ? a->counts[to] * es : 0, rb = word(rows[from]) & RIDES ? 0 : a->rcounts[from] * es;
         if (sb || rb)
             st = dt_p2p_exchange(c, sb ? to : -1, (const char *)a->sendbuf + sat[to] * es, sb, rb ? from : -1,
                                  (char *)a->recvbuf + rat[from] * es, rb, a->dtype, -1);
@@ -153,7 +153,7 @@ dt_status dt_pairwise_alltoallv_run(dt_comm *c, const coll_args *a) {
     int p = c->size, r = c->rank;
     size_t es = dt_dtype_size(a->dtype), slot = (row_bytes(p, 0) + ride(p) + 7) & ~(size_t)7, so = 0, ro = 0;
     /* up to 16 ranks on the stack (a dispatch of a few hundred bytes must not pay for allocations) */
-    size_t sat_local[3 * 16];
+    size_t sat_local[4 * 16];
     uint8_t *rows_local[16];
 #ifdef DT_HAVE_MPI
     dt_mpi_xfer x_local[16], *x = p > 16 ? malloc(sizeof *x * (size_t)p) : x_local;
@@ -161,13 +161,14 @@ dt_status dt_pairwise_alltoallv_run(dt_comm *c, const coll_args *a) {
     void *x = rows_local;
 #endif
     bool heap = p > 16;
-    size_t *sat = heap ? malloc(sizeof *sat * 3 * (size_t)p) : sat_local, *rat = sat ? sat + p : NULL, *got = sat ? sat + 2 * p : NULL;
+    size_t *sat = heap ? malloc(sizeof *sat * 4 * (size_t)p) : sat_local, *rat = sat ? sat + p : NULL, *sent = sat ? sat + 2 * p : NULL,
+           *got = sat ? sat + 3 * p : NULL;
     uint8_t **rows = heap ? malloc(sizeof *rows * (size_t)p) : rows_local;
     /* this rank's row, then its message to each rank; the others' messages */
     uint8_t *out = dt_comm_work(c, 0, slot * (size_t)p), *in = dt_comm_work(c, 1, slot * (size_t)(p - 1));
     dt_status st = sat && rows && x && out && in ? DT_OK : dt_error(DT_ERR_NOMEM, "alltoallv: out of memory");
     for (int j = 0; !st && j < p; j++) sat[j] = so, so += a->counts[j];
-    if (!st) st = rows_round(c, a, sat, es, out, in, slot, rows, got, x);
+    if (!st) st = rows_round(c, a, sat, es, out, in, slot, rows, sent, got, x);
     if (!st) st = receipts(c, rows);
     for (int j = 0; !st && j < p; j++) a->rcounts[j] = count_at(rows[j], r), rat[j] = ro, ro += a->rcounts[j];
     char *rb = a->recvbuf;
