@@ -6,11 +6,12 @@
 # Hugging Face's decoding at batch 1 and 32. Each part prints its figures and goes on if another failed.
 # The binaries come built (scripts/gpu-carry.sh packs DIR/gpu-bin.tar.xz; llm.c's train_gpt2cu beside it, if built).
 # PARTS (a comma list; all by default): open, kernels, lm, lmbf16, bench, benchbf16, train, trainbf16, ddp, trace, oom,
-# llmc, torch (bf16 compiled), torchf32, decode.
+# llmc, torch (bf16 compiled), torchf32, gdecode (dtrain's decoder on the GPU against the CPU's, generate --device cuda),
+# decode (dtrain's decoding speed and Hugging Face's generate, in the same call).
 # usage: bench/gpu_check.sh [DIR] [PARTS]      (on the GPU machine, in the repository's root; the log goes to $OUT too)
 set -u
 dir=${1:-.gpu}
-parts=,${2:-open,kernels,lm,lmbf16,bench,benchbf16,train,trainbf16,ddp,trace,oom,llmc,torch,torchf32,decode},
+parts=,${2:-open,kernels,lm,lmbf16,bench,benchbf16,train,trainbf16,ddp,trace,oom,llmc,torch,torchf32,gdecode,decode},
 want() { [[ $parts == *,$1,* ]]; }
 out=${OUT:-/tmp/gpu_check_out}
 mkdir -p "$out"
@@ -162,8 +163,23 @@ if want torchf32; then
   run "torch f32 eager" python3 bench/torch_gpt2_gpu.py --mode f32 --steps 5
   run "torch tf32 eager" python3 bench/torch_gpt2_gpu.py --mode tf32 --steps 5
 fi
+if want gdecode; then
+  part "decoding on the GPU against the CPU decoder: 3 slots, prompts over 2 steps, then steps of one row a slot, f32"
+  run "test_gpu_decode d6" $bin/test_gpu_decode d6 40 tol=1e-5
+  run "test_gpu_decode 124M" $bin/test_gpu_decode 124M 40 tol=1e-5
+  run "test_gpu_decode llama-tiny" $bin/test_gpu_decode llama-tiny 40 tol=1e-5
+  run "test_gpu_decode smollm-135m" $bin/test_gpu_decode smollm-135m 20 tol=1e-5
+  part "dtrain generate --device cuda against the CPU: d6 (random weights), 200 tokens sampled at temperature 1"
+  $bin/dtrain train --model d6 --data /tmp/llmc_train.bin --batch 1 --seq 64 --steps 1 --quiet --save /tmp/d6.bin > /dev/null 2>&1
+  gen=(generate --model /tmp/d6.bin --ids --prompt "10,20,30,40" --tokens 200 --temperature 1 --top-k 0 --seed 7)
+  run "generate cpu" bash -c "$bin/dtrain ${gen[*]} > /tmp/gen_cpu.txt"
+  run "generate --device cuda" bash -c "$bin/dtrain ${gen[*]} --device cuda > /tmp/gen_gpu.txt"
+  cmp /tmp/gen_cpu.txt /tmp/gen_gpu.txt && echo "the same $(wc -w < /tmp/gen_gpu.txt) tokens: $(cut -c1-60 /tmp/gen_gpu.txt)..." ||
+    { echo "they differ:"; head -c 300 /tmp/gen_cpu.txt; echo; head -c 300 /tmp/gen_gpu.txt; echo; results+=("generate tokens FAILED"); }
+fi
 if want decode; then
-  part "Hugging Face generate (GPT-2 124M, random weights)"
+  part "decoding speed: dtrain's GPU decoder and Hugging Face generate (GPT-2 124M, random weights, 16-token prompts, 128 new tokens, greedy)"
+  run "gpu_decode_bench" $bin/gpu_decode_bench 124M 1 32
   run "HF generate" python3 bench/torch_gpt2_gpu.py --decode
 fi
 

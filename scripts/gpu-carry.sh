@@ -7,11 +7,13 @@
 set -euo pipefail
 build=${1:-build}
 dir=${2:-.gpu}
-cmake --build "$build" -j"$(nproc)" --target test_gpu_open test_gpu_kernels test_gpu_lm gpu_lm_bench dtrain_cli dtrain_gpu_plugin
+cmake --build "$build" -j"$(nproc)" --target test_gpu_open test_gpu_kernels test_gpu_lm test_gpu_decode gpu_lm_bench gpu_decode_bench \
+  dtrain_cli dtrain_gpu_plugin
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$dir"
-bins="$build/tests/test_gpu_open $build/tests/test_gpu_kernels $build/tests/test_gpu_lm $build/bench/gpu_lm_bench $build/dtrain $build/libdtrain_gpu.so"
+bins="$build/tests/test_gpu_open $build/tests/test_gpu_kernels $build/tests/test_gpu_lm $build/tests/test_gpu_decode $build/bench/gpu_lm_bench
+      $build/bench/gpu_decode_bench $build/dtrain $build/libdtrain_gpu.so"
 cp $bins "$stage/bin/"
 # every library they load but the C library's own, the compiler's runtime and CUDA's (the GPU machine has those)
 for b in $bins; do ldd "$b"; done | awk '$3 ~ /^\// {print $1, $3}' | sort -u | while read -r name path; do

@@ -176,3 +176,50 @@ dt_status dt_gpu_measure_gemm(dt_gpu *g, int bf16, int M, int N, int K, double *
     return (void)g, (void)bf16, (void)M, (void)N, (void)K, *t = 0, DT_OK;
 }
 dt_status dt_gpu_measure_copy(dt_gpu *g, size_t bytes, double *gbs) { return (void)g, (void)bytes, *gbs = 0, DT_OK; }
+/* decoding: the kernels' arithmetic in loops (the CPU decoder's rotary kernel for the turn) */
+void dt_gpu_embed_rows(dt_gpu *g, float *o, const int32_t *r, const float *wte, const float *wpe, int n, int C) {
+    (void)g;
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < C; c++)
+            o[(size_t)i * C + c] = wte[(size_t)r[4 * i + 2] * C + c] + (wpe ? wpe[(size_t)r[4 * i + 1] * C + c] : 0.0f);
+}
+void dt_gpu_rope_rows(dt_gpu *g, float *x, const float *f, const int32_t *r, int n, int heads, int d, size_t stride) {
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    for (int i = 0; pos && i < n; i++) pos[i] = r[4 * i + 1];
+    if (pos) dt_rope_forward(x, f, pos, n, heads, d, stride);
+    (void)g, free(pos);
+}
+static float *host_kv(const dt_gpu_kv *kv, int s, int l, int part) {
+    return kv->cache + (size_t)s * kv->slot_elems + ((size_t)l * 2 + part) * kv->P * (size_t)kv->KVH * kv->hd;
+}
+void dt_gpu_attention_cached(dt_gpu *g, float *o, const dt_gpu_kv *kv, const float *in, const int32_t *r, int n, int l, int NH, int win) {
+    size_t hd = (size_t)kv->hd, KV = (size_t)kv->KVH * hd, Q = (size_t)NH * hd;
+    for (int i = 0; i < n; i++)
+        for (int part = 0; part < 2; part++)
+            memcpy(host_kv(kv, r[4 * i], l, part) + (size_t)r[4 * i + 1] * KV, in + (size_t)i * win + Q + part * KV, KV * sizeof(float));
+    float *s = malloc(sizeof(float) * (size_t)kv->P);
+    for (int i = 0; s && i < n; i++)
+        for (int h = 0; h < NH; h++) {
+            int npos = r[4 * i + 1] + 1, kh = h / (NH / kv->KVH);
+            const float *q = in + (size_t)i * win + h * hd, *K = host_kv(kv, r[4 * i], l, 0) + kh * hd, *V = host_kv(kv, r[4 * i], l, 1) + kh * hd;
+            float mx = -INFINITY, sum = 0, *y = o + (size_t)i * Q + h * hd;
+            for (int t = 0; t < npos; t++) {
+                float d = 0;
+                for (size_t j = 0; j < hd; j++) d += q[j] * K[t * KV + j];
+                s[t] = d / sqrtf((float)hd);
+                mx = fmaxf(mx, s[t]);
+            }
+            for (int t = 0; t < npos; t++) sum += (s[t] = expf(s[t] - mx));
+            for (size_t j = 0; j < hd; j++) {
+                float acc = 0;
+                for (int t = 0; t < npos; t++) acc += s[t] * V[t * KV + j];
+                y[j] = acc / sum;
+            }
+        }
+    (void)g, free(s);
+}
+int dt_gpu_attention_cached_positions(int hd) { return (void)hd, 1 << 20; }
+void dt_gpu_gather_rows(dt_gpu *g, float *o, const float *in, const int32_t *idx, int m, int C) {
+    (void)g;
+    for (int i = 0; i < m; i++) memcpy(o + (size_t)i * C, in + (size_t)idx[i] * C, sizeof(float) * (size_t)C);
+}

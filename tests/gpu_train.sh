@@ -28,6 +28,19 @@ else
     fail "--device cuda on host kernels differs: losses $(losses "$dir/cpu.jsonl" | tr '\n' ' ') vs $(losses "$dir/gpu.jsonl" | tr '\n' ' '); $(cmp "$a/params.f32" "$b/params.f32" 2>&1)"
 fi
 
+# generate --device cuda: the cache's decoder on the device (src/gpu/decode.c, host kernels here) draws the CPU
+# decoder's tokens (sampled at temperature 1 from logits that agree to about 1e-6: a draw falls on the other side of
+# a boundary about once in a million), over 90 tokens of a 64-position context (the window slides: its last half read again)
+gen=(generate --model "$a" --ids --prompt "1,2,3,4,5" --tokens 90 --temperature 1 --top-k 0 --seed 7)
+"$DTRAIN" "${gen[@]}" > "$dir/gc" 2> "$dir/out" || fail "generate on the CPU: $(tail -1 "$dir/out")"
+DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" "${gen[@]}" --device cuda > "$dir/gg" 2> "$dir/out" || fail "generate --device cuda: $(tail -1 "$dir/out")"
+[ "$(wc -w < "$dir/gc")" -ge 90 ] && [ "$(tr ' ' '\n' < "$dir/gc" | sort -u | wc -l)" -ge 20 ] && cmp -s "$dir/gc" "$dir/gg" &&
+    ok "generate --device cuda on host kernels = the CPU decoder: 90 sampled tokens ($(cut -c1-40 "$dir/gg")...)" ||
+    fail "generate --device cuda differs: $(head -c 200 "$dir/gc") vs $(head -c 200 "$dir/gg")"
+DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" "${gen[@]}" --device cuda --quantize int8 > "$dir/out" 2>&1
+[ $? = 2 ] && grep -q "device cuda runs the cache's decoder on one GPU in f32" "$dir/out" && ok "generate --device cuda --quantize int8: refused by name" ||
+    fail "generate --device cuda --quantize int8: $(tail -1 "$dir/out")"
+
 # bf16 (autocast's mixed precision; the Linears' products bf16 on the device): the CPU's bf16 run bit for bit. B 1:
 # 64 tokens, one block of the CPU's 16-bit head (which sums its weight gradient a block of tokens at a time; the
 # host's stand-in, in one product: the same sums where there is one block)

@@ -116,6 +116,29 @@ void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *out, const float *inp, const u
 void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *dinp, float *dw, float *dbias, float *dout, const float *inp, const uint16_t *w,
                                  int BT, int C, int OC, uint16_t *work16, float *work);
 
+/* Decoding (src/gpu/decode.c, decode_kernels.cu): rows are a step's dt_infer_row as four int32 words each (slot,
+ * position, token, wants logits) on the device. A cache holds every slot's keys and values, f32: slot s, layer l,
+ * keys (kv 0) or values (1), position t, K/V head h at cache + s * slot_elems + ((l * 2 + kv) * P + t) * KVH * hd
+ * + h * hd. */
+typedef struct {
+    float *cache;
+    size_t slot_elems;
+    int P, KVH, hd;
+} dt_gpu_kv;
+/* out[r] = wte[token] (+ wpe[position], wpe not NULL), C channels a row. */
+void dt_gpu_embed_rows(dt_gpu *g, float *out, const int32_t *rows, const float *wte, const float *wpe, int n, int C);
+/* dt_gpu_rope's turn at each row's own position (rows' second word). */
+void dt_gpu_rope_rows(dt_gpu *g, float *x, const float *inv_freq, const int32_t *rows, int n, int heads, int d, size_t row_stride);
+/* Attention of n rows at layer l: in [n, q of NH heads | k, v of the KVH K/V heads] (win floats a row); every row's k
+ * and v stored at its slot and position first, then each row's q (head h reads K/V head h / (NH / KVH)) over its
+ * slot's positions 0..pos into out [n, NH hd]. Positions at most kv->P (the shared memory holds a row's scores). */
+void dt_gpu_attention_cached(dt_gpu *g, float *out, const dt_gpu_kv *kv, const float *in, const int32_t *rows, int n, int l, int NH,
+                             int win);
+/* The largest kv->P dt_gpu_attention_cached takes for heads of hd channels. */
+int dt_gpu_attention_cached_positions(int hd);
+/* out[i] = in[idx[i]] for m rows of C floats (idx on the device). */
+void dt_gpu_gather_rows(dt_gpu *g, float *out, const float *in, const int32_t *idx, int m, int C);
+
 /* The device's ceilings, measured: an M x N x K product's TFLOP/s in f32 (TF32 when set) and in bf16 (tensor
  * cores, f32 accumulation), and a device-to-device copy's GB/s (bytes read and written). */
 dt_status dt_gpu_measure_gemm(dt_gpu *g, int bf16, int M, int N, int K, double *tflops);

@@ -40,10 +40,20 @@ int dt_gpu_lm_flash(const dt_gpu_lm *m);
 /* Forward and backward for dt_program_set_device (the batch B x T the model was made for). */
 void dt_gpu_lm_device(dt_gpu_lm *m, dt_program_device *out);
 
+/* Decoding on the GPU (src/gpu/decode.c): p's spec and current parameters copied to the device with a key/value
+ * cache of nslots sequences of max_seq_len positions, f32, for steps of at most max_rows rows (p stays the
+ * caller's). A step runs the block ops as the CPU decoder does (src/infer/decoder_step.c) on rows the caller has
+ * checked (dt_decoder_step checks them: dt_decoder_create_gpu puts this behind a dt_decoder): logits [m, V] for the m
+ * rows that want them, in order. The whole model in one process; a mixture of experts or a split model is refused. */
+typedef struct dt_gpu_decoder dt_gpu_decoder;
+dt_status dt_gpu_decoder_create(dt_gpu *g, dt_program *p, int nslots, int max_rows, dt_gpu_decoder **out);
+void dt_gpu_decoder_destroy(dt_gpu_decoder *d);
+dt_status dt_gpu_decoder_run(dt_gpu_decoder *d, const int32_t *rows, int n, float *logits);
+
 /* The GPU plugin (libdtrain_gpu.so, built with the CUDA path): dtrain loads it when --device cuda asks for it, so that
  * a dtrain built with CUDA runs where there is none, and a machine without it is told so by name. Its one export,
  * dt_gpu_plugin, gives this table; abi says which build's. */
-#define DT_GPU_ABI 3
+#define DT_GPU_ABI 4
 struct dt_strategy;
 typedef struct {
     int abi;
@@ -59,6 +69,9 @@ typedef struct {
     void (*lm_device)(dt_gpu_lm *m, dt_program_device *out);
     int (*lm_flash)(const dt_gpu_lm *m);
     const struct dt_strategy *strategy; /* the engine's "gpu" strategy: its dt_engine_config.device is a dt_gpu_lm */
+    dt_status (*decoder_create)(dt_gpu *g, dt_program *p, int nslots, int max_rows, dt_gpu_decoder **out);
+    void (*decoder_destroy)(dt_gpu_decoder *d);
+    dt_status (*decoder_run)(dt_gpu_decoder *d, const int32_t *rows, int n, float *logits);
 } dt_gpu_api;
 const dt_gpu_api *dt_gpu_plugin(void);
 /* dtrain's side: the plugin from DTRAIN_GPU_PLUGIN, else beside the executable; a clear error when this build has

@@ -50,6 +50,19 @@ dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_ro
  * held once (int8: m destroyed once quantized). */
 dt_status dt_decoder_create_taking(dt_gpt2 *m, dt_quant q, int nslots, int max_rows, dt_decoder **out);
 void dt_decoder_destroy(dt_decoder *d);
+/* A decoder whose steps run elsewhere: each step's rows checked as always, then run(ctx, the rows as four int32
+ * words each, n, logits) (logits [m, V] for the m rows that want them); destroy(ctx) with the decoder, or at once
+ * when making it fails. */
+typedef struct {
+    void *ctx;
+    dt_status (*run)(void *ctx, const int32_t *rows, int n, float *logits);
+    void (*destroy)(void *ctx);
+} dt_decoder_device;
+dt_status dt_decoder_create_on(const dt_gpt2 *m, int nslots, int max_rows, dt_decoder_device dev, dt_decoder **out);
+/* The decoder on GPU `ordinal` through the GPU plugin (gpu_lm.h's dt_gpu_decoder: the weights and an f32 cache on
+ * the device; m may be destroyed once it is made): a clear error where this build has no CUDA, the machine no GPU,
+ * or the model is what it does not run (a mixture of experts, a model split over ranks). */
+dt_status dt_decoder_create_gpu(const dt_gpt2 *m, int ordinal, int nslots, int max_rows, dt_decoder **out);
 const dt_gpt2_config *dt_decoder_config(const dt_decoder *d);
 int dt_decoder_slots(const dt_decoder *d);
 int dt_decoder_max_rows(const dt_decoder *d);

@@ -308,6 +308,7 @@ typedef struct {
     uint64_t seed;
     int cache;
     dt_quant quant;
+    int cuda; /* the cache's decoder on NVIDIA GPU cuda - 1 (0: the CPU) */
 } dt_generate_options;
 dt_status dt_generate(dt_gpt2 **m, dt_comm *pp, const int32_t *prompt, int nprompt, const dt_generate_options *o, dt_emit_fn emit,
                       void *ctx);

@@ -16,6 +16,8 @@ int dt_cli_number(const char *s, double lo, double hi, double *out);
 typedef struct { const char *name; double lo, hi; int whole; void *out; char kind; } dt_cli_num_flag;
 /* f among the n flags of table, v its word: 1 stored, 0 not a number it takes, -1 not one of them. */
 int dt_cli_number_flag(const dt_cli_num_flag *table, size_t n, const char *f, const char *v);
+/* --device's value: cpu (*cuda 0), cuda (1) or cuda:N (N + 1, *named 1); 0 for anything else. */
+int dt_cli_device(const char *v, int *cuda, int *named);
 
 /* --nproc and the ranks a model is split over (split: --pp's or --tp's N, < 0 for any number of ranks; how: what they
  * are, for errors): with

@@ -60,14 +60,15 @@ static const dt_cli_flag flags[] = {
     { "--seed", "a whole number from 0 to 1e18" }, { "--bpe", "ENCODER.json VOCAB.bpe (two files)" }, { "--help", "" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--pp", "a whole number of stages from 1 to 65536" },
     { "--top-p", "a number above 0 and at most 1" }, { "--no-cache", "" }, { "--quantize", "int8 (or none)" },
-    { "--tp", "a whole number of tensor-parallel ranks from 1 to 256" }, { "--ids", "" }, { "--tokenizer", "a tokenizer.json" }, { NULL, NULL },
+    { "--tp", "a whole number of tensor-parallel ranks from 1 to 256" }, { "--ids", "" }, { "--tokenizer", "a tokenizer.json" },
+    { "--device", "cpu, cuda or cuda:N" }, { NULL, NULL },
 };
 
 /* dtrain generate --model FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] [--nproc N --pp N] */
 static void usage(void) {
     printf("usage: dtrain generate --model FILE|DIR --prompt TEXT [--tokens 200] [--temperature 0.8] [--top-k 40] [--seed 42]\n"
            "                       [--top-p 1] [--quantize int8] [--no-cache] [--tokenizer tokenizer.json | --bpe ENCODER.json VOCAB.bpe | --ids]\n"
-           "                       [--lora DIR] [--nproc N --pp N|--tp N]\n"
+           "                       [--lora DIR] [--nproc N --pp N|--tp N] [--device cuda[:N]]\n"
            "--lora DIR: PEFT's LoRA adapter folder (a LoRA run's --save DIR holds one) merged into the model.\n"
            "Byte-level models (vocabulary 256) read and print bytes; with --tokenizer, a Hugging Face tokenizer.json\n"
            "(byte-level BPE; an HF folder's own is read without it); with --bpe, GPT-2 BPE; with --ids, the prompt\n"
@@ -77,13 +78,15 @@ static void usage(void) {
            "against). --quantize int8: the Linears and the head in int8, a scale per output channel.\n"
            "--pp N: the model split into N pipeline stages, one per rank (--nproc N local ranks, or mpirun's),\n"
            "each context through the stages in turn; the last prints. --tp N: into N tensor-parallel parts\n"
-           "(Megatron's split), the cache's decoder on each; rank 0 prints.\n");
+           "(Megatron's split), the cache's decoder on each; rank 0 prints.\n"
+           "--device cuda[:N]: the cache's decoder on NVIDIA GPU N (0 by default), the weights and the cache there\n"
+           "in f32; one process, the whole model (not with --pp, --tp, --no-cache or --quantize int8).\n");
 }
 
 /* generate's settings. */
 typedef struct {
     const char *model, *lora, *prompt, *enc, *merges;
-    int count, topk, nproc, npp, ntp, cache, ids;
+    int count, topk, nproc, npp, ntp, cache, ids, cuda, cuda_named;
     float temp, topp;
     uint64_t seed;
     dt_quant quant;
@@ -115,6 +118,7 @@ static int gen_parse(int argc, char **argv, gen_cli *x) {
             else if (!strcmp(f, "--prompt")) x->prompt = v;
             else if (!strcmp(f, "--tokenizer")) x->enc = v, x->merges = NULL;
             else if (!strcmp(f, "--quantize")) r = !dt_quant_parse(v, &x->quant);
+            else if (!strcmp(f, "--device")) r = dt_cli_device(v, &x->cuda, &x->cuda_named);
             else r = 0;
         }
         if (r != 1) return dt_cli_flag_error("generate", flags, f, v);
@@ -122,6 +126,11 @@ static int gen_parse(int argc, char **argv, gen_cli *x) {
     if (!x->model || !x->prompt) { dt_log(DT_LOG_ERROR, "generate: --model FILE and --prompt TEXT are required"); return 2; }
     if (x->quant != DT_QUANT_NONE && (!x->cache || x->npp > 1)) {
         dt_log(DT_LOG_ERROR, "generate: --quantize works through the cache (not with --no-cache or --pp)");
+        return 2;
+    }
+    if (x->cuda && (x->npp > 1 || x->ntp > 1 || x->nproc > 1 || !x->cache || x->quant != DT_QUANT_NONE)) {
+        dt_log(DT_LOG_ERROR, "generate: --device cuda runs the cache's decoder on one GPU in f32 (not with --pp, --tp, --nproc, "
+               "--no-cache or --quantize int8)");
         return 2;
     }
     if (x->ntp > 1 && (x->npp > 1 || !x->cache)) {
@@ -146,7 +155,7 @@ static dt_status gen_run(const gen_cli *x, dt_comm *w, bool tp, bool printer) {
     if (!st && !x->ids) st = dt_bpe_prompt(b, x->prompt, strlen(x->prompt), &p, &n);
     if (!st) {
         if (printer) printf("%s", x->prompt);
-        dt_generate_options o = { x->count, { x->temp, x->topk, x->topp }, x->seed, x->cache, x->quant };
+        dt_generate_options o = { x->count, { x->temp, x->topk, x->topp }, x->seed, x->cache, x->quant, x->cuda };
         dt_emit_fn emit = !printer ? emit_none : x->ids ? emit_number : b || V != 256 ? emit_id : emit_byte;
         st = dt_generate(&m, tp ? NULL : w, p, n, &o, emit, b); /* m is NULL after, with the cache */
         if (printer) printf("\n");

@@ -398,13 +398,8 @@ static int run_flag(const char *f, const char *v, dt_train_config *c) {
     else if (!strcmp(f, "--grad-comm") || !strcmp(f, "--grad-store"))
         ok = !dt_precision_parse(v, !strcmp(f, "--grad-comm") ? &c->grad_comm : &c->grad_store);
     else if (!strcmp(f, "--precision")) ok = !dt_precision_parse(v, &c->precision);
-    else if (!strcmp(f, "--device")) {
-        int n = 0, used = 0;
-        c->cuda = 0;
-        if (!strcmp(v, "cuda")) c->cuda = 1;
-        else if (sscanf(v, "cuda:%d%n", &n, &used) == 1 && !v[used] && n >= 0 && n < 1024) c->cuda = n + 1, c->cuda_named = 1;
-        ok = c->cuda > 0 || !strcmp(v, "cpu");
-    } else if (!strcmp(f, "--attention")) {
+    else if (!strcmp(f, "--device")) ok = dt_cli_device(v, &c->cuda, &c->cuda_named);
+    else if (!strcmp(f, "--attention")) {
         ok = !strcmp(v, "auto") || !strcmp(v, "full") || !strcmp(v, "blockwise");
         c->attention = !strcmp(v, "full") ? 1 : !strcmp(v, "blockwise") ? 2 : 0;
     } else if (!strcmp(f, "--schedule")) {

@@ -60,6 +60,14 @@ int dt_cli_number(const char *s, double lo, double hi, double *out) {
     return 1;
 }
 
+int dt_cli_device(const char *v, int *cuda, int *named) {
+    int n = 0, used = 0;
+    *cuda = 0;
+    if (!strcmp(v, "cuda")) *cuda = 1;
+    else if (sscanf(v, "cuda:%d%n", &n, &used) == 1 && !v[used] && n >= 0 && n < 1024) *cuda = n + 1, *named = 1;
+    return *cuda > 0 || !strcmp(v, "cpu");
+}
+
 int dt_cli_number_flag(const dt_cli_num_flag *table, size_t n, const char *f, const char *v) {
     const dt_cli_num_flag *nf = NULL;
     for (size_t k = 0; k < n && !nf; k++)

@@ -113,3 +113,16 @@ dt_status dt_gpu_measure_gemm(dt_gpu *g, int bf16, int M, int N, int K, double *
     return (void)g, (void)bf16, (void)M, (void)N, (void)K, (void)t, none();
 }
 dt_status dt_gpu_measure_copy(dt_gpu *g, size_t bytes, double *gbs) { return (void)g, (void)bytes, (void)gbs, none(); }
+void dt_gpu_embed_rows(dt_gpu *g, float *o, const int32_t *r, const float *wte, const float *wpe, int n, int C) {
+    (void)g, (void)o, (void)r, (void)wte, (void)wpe, (void)n, (void)C;
+}
+void dt_gpu_rope_rows(dt_gpu *g, float *x, const float *f, const int32_t *r, int n, int heads, int d, size_t stride) {
+    (void)g, (void)x, (void)f, (void)r, (void)n, (void)heads, (void)d, (void)stride;
+}
+void dt_gpu_attention_cached(dt_gpu *g, float *o, const dt_gpu_kv *kv, const float *in, const int32_t *r, int n, int l, int NH, int win) {
+    (void)g, (void)o, (void)kv, (void)in, (void)r, (void)n, (void)l, (void)NH, (void)win;
+}
+int dt_gpu_attention_cached_positions(int hd) { return (void)hd, 0; }
+void dt_gpu_gather_rows(dt_gpu *g, float *o, const float *in, const int32_t *idx, int m, int C) {
+    (void)g, (void)o, (void)in, (void)idx, (void)m, (void)C;
+}

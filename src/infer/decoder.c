@@ -187,7 +187,7 @@ static dt_status load(dt_decoder *d, dt_program *p, const float *params, const d
 
 /* take: m becomes the decoder's (destroyed with it, or at once for int8, whose copies need nothing of it; on a
  * failure too), and its f32 Linears are packed where they lie. */
-static dt_status make(dt_gpt2 *m, bool take, dt_quant q, int nslots, int max_rows, dt_decoder **out) {
+static dt_status make(dt_gpt2 *m, bool take, dt_quant q, int nslots, int max_rows, const dt_decoder_device *dev, dt_decoder **out) {
     *out = NULL;
     dt_status st = nslots < 1 || max_rows < 1
                        ? dt_error(DT_ERR_ARG, "decoder: %d slots and %d rows a step (each must be >= 1)", nslots, max_rows)
@@ -195,9 +195,11 @@ static dt_status make(dt_gpt2 *m, bool take, dt_quant q, int nslots, int max_row
     dt_decoder *d = st ? NULL : calloc(1, sizeof *d);
     if (!d) {
         if (take) dt_gpt2_destroy(m);
+        if (dev && dev->destroy) dev->destroy(dev->ctx);
         return st ? st : dt_error(DT_ERR_NOMEM, "decoder: out of memory");
     }
     d->owned = take ? m : NULL;
+    if (dev) d->dev = *dev;
     dt_program *p = dt_gpt2_program(m);
     d->cfg = *dt_program_config(p); /* its defaults resolved (a norm's epsilon, the rotary base) */
     d->quant = q;
@@ -210,8 +212,9 @@ static dt_status make(dt_gpt2 *m, bool take, dt_quant q, int nslots, int max_row
     dt_program_view v;
     dt_program_get_view(p, &v);
     st = take_shape(d, p, &v);
-    if (!st) st = load(d, p, dt_program_params(p), &v, take);
-    if (!st) st = alloc_buffers(d);
+    if (!st && !dev) st = load(d, p, dt_program_params(p), &v, take);
+    if (!st && !dev) st = alloc_buffers(d);
+    if (!st && dev && !(d->filled = calloc((size_t)nslots, sizeof(int)))) st = dt_error(DT_ERR_NOMEM, "decoder: out of memory");
     if (st) { dt_decoder_destroy(d); return st; }
     if (take && q != DT_QUANT_NONE) { dt_gpt2_destroy(m); d->owned = NULL; }
     *out = d;
@@ -219,11 +222,15 @@ static dt_status make(dt_gpt2 *m, bool take, dt_quant q, int nslots, int max_row
 }
 
 dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_rows, dt_decoder **out) {
-    return make((dt_gpt2 *)m, false, q, nslots, max_rows, out); /* copies only: m is read, never written */
+    return make((dt_gpt2 *)m, false, q, nslots, max_rows, NULL, out); /* copies only: m is read, never written */
+}
+
+dt_status dt_decoder_create_on(const dt_gpt2 *m, int nslots, int max_rows, dt_decoder_device dev, dt_decoder **out) {
+    return make((dt_gpt2 *)m, false, DT_QUANT_NONE, nslots, max_rows, &dev, out); /* its shape only is read */
 }
 
 dt_status dt_decoder_create_taking(dt_gpt2 *m, dt_quant q, int nslots, int max_rows, dt_decoder **out) {
-    return make(m, true, q, nslots, max_rows, out);
+    return make(m, true, q, nslots, max_rows, NULL, out);
 }
 
 void dt_decoder_destroy(dt_decoder *d) {
@@ -241,6 +248,7 @@ void dt_decoder_destroy(dt_decoder *d) {
     free(d->filled);
     free(d->stats); free(d->pos); free(d->scores); free(d->local_logits);
     dt_gpt2_destroy(d->owned); /* after the panels that may borrow its memory */
+    if (d->dev.destroy) d->dev.destroy(d->dev.ctx);
     free(d);
 }
 

@@ -58,6 +58,7 @@ struct dt_decoder {
     size_t weight_bytes;
     moe_scratch *moe;  /* a mixture of experts' rows a step (NULL: none) */
     dt_gpt2 *owned;  /* the model, when the decoder took it (dt_decoder_create_taking): its f32 Linears are packed in it */
+    dt_decoder_device dev; /* run set: the steps run there (dt_decoder_create_on), nothing of the model held here */
 };
 /* Whether layer l runs op k (a family with dense and mixture layers runs each kind's MLP in its own). */
 static inline bool dt_decoder_runs(const dt_decoder *d, int l, int k) { return dt_layers_hold(d->ops[k].s.layers, dt_lm_layer_moe(&d->cfg, l)); }

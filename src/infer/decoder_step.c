@@ -222,6 +222,7 @@ dt_status dt_decoder_run(dt_decoder *d, const dt_infer_row *rows, int n, float *
     dt_status st = check_rows(d, rows, n);
     int C = d->cfg.channels;
     if (st) return st;
+    if (d->dev.run) return d->dev.run(d->dev.ctx, (const int32_t *)rows, n, logits);
     st = embed(d, rows, n);
     for (int l = 0; !st && l < d->cfg.num_layers; l++) st = block(d, l, rows, n);
     if (st) return dt_error(st, "decoder, tensor-parallel sum: %s", dt_last_error());
