@@ -3,7 +3,7 @@
 # against the CPU kernels, the model program on the GPU against the CPU (GPT-2 d6 and 124M, 20 steps, f32 and bf16),
 # the training step's speed and where it goes (124M, T 1024: f32, TF32, bf16), dtrain train --device cuda against the
 # CPU trainer and at 124M with a save, beside PyTorch's step (bf16 compiled; f32, TF32 eager) and llm.c's (bf16), and
-# Hugging Face's decoding at batch 1 and 32. Each part prints its figures and goes on if another failed.
+# Hugging Face's decoding at batch 1 and 32 beside dtrain's GPU decoder (checked against the CPU decoder first). Each part prints its figures and goes on if another failed.
 # The binaries come built (scripts/gpu-carry.sh packs DIR/gpu-bin.tar.xz; llm.c's train_gpt2cu beside it, if built).
 # PARTS (a comma list; all by default): open, kernels, lm, lmbf16, bench, benchbf16, train, trainbf16, ddp, trace, oom,
 # llmc, torch (bf16 compiled), torchf32, gdecode (dtrain's decoder on the GPU against the CPU's, generate --device cuda),

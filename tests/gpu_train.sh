@@ -41,6 +41,38 @@ DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" "${gen[@]}" --device cuda --quantize int8 > "$
 [ $? = 2 ] && grep -q "device cuda runs the cache's decoder on one GPU in f32" "$dir/out" && ok "generate --device cuda --quantize int8: refused by name" ||
     fail "generate --device cuda --quantize int8: $(tail -1 "$dir/out")"
 
+# serve --device cuda: four requests at once (continuous batching on the device's decoder), each the CPU server's
+# text for its seed
+serve_four() { # NAME PLUGIN ARGS...: a server of $a with ARGS, four requests sent at once into $dir/NAME.1-4, then stopped
+    local name=$1 plugin=$2 port="" srv s cpids=()
+    shift 2
+    DTRAIN_GPU_PLUGIN=$plugin "$DTRAIN" serve "$a" --port 0 --slots 4 --budget 64 "$@" > "$dir/$name.srv" 2>&1 &
+    srv=$!
+    for _ in $(seq 200); do
+        port=$(grep -o 'listening on http://[^ ]*' "$dir/$name.srv" | grep -o '[0-9]*$')
+        [ -n "$port" ] || ! kill -0 $srv 2> /dev/null && break
+        sleep 0.1
+    done
+    for s in 1 2 3 4; do
+        curl -s -m 60 "http://127.0.0.1:$port/v1/completions" -d "{\"prompt\":\"The \",\"max_tokens\":30,\"temperature\":1,\"seed\":$s}" \
+            > "$dir/$name.$s" &
+        cpids+=($!)
+    done
+    wait "${cpids[@]}"
+    kill -TERM $srv 2> /dev/null
+    wait $srv
+}
+serve_four scpu ""
+serve_four sgpu "$HOST" --device cuda
+same=0
+completion() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"], end="")' "$1" 2> /dev/null; }
+for s in 1 2 3 4; do
+    t=$(completion "$dir/sgpu.$s")
+    [ ${#t} -ge 10 ] && [ "$t" = "$(completion "$dir/scpu.$s")" ] && same=$((same + 1))
+done
+[ $same = 4 ] && grep -q "f32 weights on GPU 0" "$dir/sgpu.srv" &&
+    ok "serve --device cuda on host kernels: 4 requests at once, each the CPU server's text for its seed" ||
+    fail "serve --device cuda: $same of 4 requests equal the CPU server's; $(head -1 "$dir/sgpu.srv"); $(head -c 200 "$dir/sgpu.1")"
 # bf16 (autocast's mixed precision; the Linears' products bf16 on the device): the CPU's bf16 run bit for bit. B 1:
 # 64 tokens, one block of the CPU's 16-bit head (which sums its weight gradient a block of tokens at a time; the
 # host's stand-in, in one product: the same sums where there is one block)

@@ -288,6 +288,55 @@ static void adamw(dt_gpu *g) {
     free(p), free(zero);
 }
 
+/* The decoder's kernels: a prefill of B sequences of T rows (slots 0 and 1, each row at its position) through the
+ * cache's attention against the training kernel's causal attention on the same q|k|v (made from 2 K/V heads by the
+ * CPU's pack); the rows' embedding and rotary turn at random positions; the gather. */
+static void decoding(dt_gpu *g) {
+    int KVH = 2, hd = C / NH, n = BT;
+    size_t win = (size_t)C + 2 * KVH * hd, nq = (size_t)BT * 3 * C, no = (size_t)BT * C;
+    int32_t *rows = malloc(sizeof(int32_t) * 4 * n), kv_of[NH];
+    for (int r = 0; r < n; r++) rows[4 * r] = r / T, rows[4 * r + 1] = r % T, rows[4 * r + 2] = (r * 7919) % V, rows[4 * r + 3] = 1;
+    for (int h = 0; h < NH; h++) kv_of[h] = h / (NH / KVH);
+    float *in = random_floats((size_t)n * win, 1), *pk = malloc(nq * 4), *y = malloc(no * 4), *att = malloc((size_t)B * NH * T * T * 4);
+    dt_attention_pack(pk, in, BT, NH, KVH, hd, kv_of);
+    dt_attention_forward(y, att, pk, B, T, C, NH);
+    dt_gpu_kv kv = { NULL, (size_t)2 * T * KVH * hd, T, KVH, hd };
+    dt_gpu_alloc(g, 2 * kv.slot_elems * 4, (void **)&kv.cache);
+    int32_t *grows = to_device(g, rows, sizeof(int32_t) * 4 * n);
+    float *gin = to_device(g, in, (size_t)n * win * 4), *gy;
+    dt_gpu_alloc(g, no * 4, (void **)&gy);
+    dt_gpu_attention_cached(g, gy, &kv, gin, grows, n, 0, NH, (int)win);
+    report_err("decoder attention over the cache (6 heads from 2 K/V heads, 2 slots of 256 positions)", device_err(g, gy, y, no), 1e-5);
+    /* the embedding and the turn at the rows' positions, shuffled */
+    for (int r = 0; r < n; r++) rows[4 * r + 1] = (r * 131) % T;
+    dt_gpu_upload(g, grows, rows, sizeof(int32_t) * 4 * n);
+    float *wte = random_floats((size_t)V * C, 1), *wpe = random_floats((size_t)T * C, 1), *e = malloc(no * 4), inv[C / NH / 2];
+    for (int r = 0; r < n; r++)
+        for (int c = 0; c < C; c++) e[(size_t)r * C + c] = wte[(size_t)rows[4 * r + 2] * C + c] + wpe[(size_t)rows[4 * r + 1] * C + c];
+    float *gwte = to_device(g, wte, (size_t)V * C * 4), *gwpe = to_device(g, wpe, (size_t)T * C * 4), *ginv;
+    dt_gpu_embed_rows(g, gy, grows, gwte, gwpe, n, C);
+    report_err("decoder embedding at the rows' positions", device_err(g, gy, e, no), 0);
+    dt_rope_config rc = { .theta = 10000 };
+    dt_rope_frequencies(inv, hd, &rc);
+    ginv = to_device(g, inv, sizeof inv);
+    int32_t pos[BT];
+    for (int r = 0; r < n; r++) pos[r] = rows[4 * r + 1];
+    dt_rope_forward(in, inv, pos, n, NH, hd, win);
+    dt_gpu_rope_rows(g, gin, ginv, grows, n, NH, hd, win);
+    report_err("decoder rope at the rows' positions", device_err(g, gin, in, (size_t)n * win), 1e-6);
+    int32_t idx[3] = { 5, 0, 511 };
+    int32_t *gidx = to_device(g, idx, sizeof idx);
+    for (int i = 0; i < 3; i++) memcpy(y + (size_t)i * C, e + (size_t)idx[i] * C, C * 4);
+    dt_gpu_embed_rows(g, gy, grows, gwte, gwpe, n, C);
+    float *gout;
+    dt_gpu_alloc(g, 3 * C * 4, (void **)&gout);
+    dt_gpu_gather_rows(g, gout, gy, gidx, 3, C);
+    report_err("decoder gather of the rows that want logits", device_err(g, gout, y, 3 * C), 0);
+    void *dev[] = { kv.cache, grows, gin, gy, gwte, gwpe, ginv, gidx, gout }, *host[] = { rows, in, pk, y, att, wte, wpe, e };
+    for (int i = 0; i < 9; i++) dt_gpu_free(g, dev[i]);
+    for (int i = 0; i < 8; i++) free(host[i]);
+}
+
 int main(void) {
     dt_gpu *g = NULL;
     if (dt_gpu_open(0, &g)) {
@@ -302,6 +351,7 @@ int main(void) {
     rotary_and_packing(g);
     attention(g);
     attention_lse(g);
+    decoding(g);
     embedding_crossentropy(g);
     adamw(g);
     dt_gpu_close(g);

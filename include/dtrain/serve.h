@@ -26,6 +26,7 @@ typedef struct {
     size_t max_body;                 /* bytes a request body may have */
     double upload_seconds;           /* a request body must arrive within this */
     dt_comm *comm;                   /* tensor parallelism over its ranks (NULL: one process): rank 0 serves, the others follow */
+    int cuda;                        /* the decoder on NVIDIA GPU cuda - 1 (0: the CPU) */
 } dt_serve_options;
 
 /* Loads the model, listens, and serves until SIGINT or SIGTERM; then takes

@@ -13,13 +13,13 @@ static const dt_cli_flag flags[] = {
     { "--quantize", "int8 (or none)" }, { "--bpe", "ENCODER.json VOCAB.bpe (two files)" }, { "--tokenizer", "a tokenizer.json" },
     { "--max-body", "a size in bytes from 1024 to 1e9" }, { "--upload-timeout", "seconds from 1 to 3600" }, { "--help", "" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--tp", "a whole number of tensor-parallel ranks from 1 to 256" },
-    { NULL, NULL },
+    { "--device", "cpu, cuda or cuda:N" }, { NULL, NULL },
 };
 
 static void usage(void) {
     printf("usage: dtrain serve MODEL [--port 8000] [--host 127.0.0.1] [--threads N] [--slots 8] [--budget 256] [--queue 256]\n"
            "                    [--quantize int8] [--tokenizer tokenizer.json | --bpe ENCODER.json VOCAB.bpe] [--max-body 1048576]\n"
-           "                    [--upload-timeout 10] [--lora DIR] [--nproc N --tp N]\n"
+           "                    [--upload-timeout 10] [--lora DIR] [--nproc N --tp N] [--device cuda[:N]]\n"
            "--lora DIR: PEFT's LoRA adapter folder (a LoRA run's --save DIR holds one) merged into MODEL.\n"
            "MODEL: a weights file (.bin, .safetensors), an HF folder (its tokenizer.json read where it has one) or a\n"
            "checkpoint directory. OpenAI's completions API:\n"
@@ -29,7 +29,9 @@ static void usage(void) {
            "--slots requests decode together (continuous batching: they join and leave at every step); --budget rows\n"
            "(prompt tokens and one per decoding request) go through the model a step; --queue more wait, beyond that 503.\n"
            "A request's tokens are the same whatever else is in the batch. SIGINT/SIGTERM: finish what is in hand, then exit.\n"
-           "--tp N: the model in N tensor-parallel parts, one per rank (--nproc N local ranks, or mpirun's); rank 0 serves.\n");
+           "--tp N: the model in N tensor-parallel parts, one per rank (--nproc N local ranks, or mpirun's); rank 0 serves.\n"
+           "--device cuda[:N]: the decoder on NVIDIA GPU N (0 by default), the weights and the cache there in f32 (one\n"
+           "process, not with --tp or --quantize int8).\n");
 }
 
 int dt_cli_serve(int argc, char **argv) {
@@ -38,6 +40,7 @@ int dt_cli_serve(int argc, char **argv) {
     double port = o.port, threads = 0, slots = o.slots, budget = o.budget, queue = o.queue, body = (double)o.max_body,
            upload = o.upload_seconds, nproc = 1, ntp = 0;
     bool budget_given = false;
+    int named = 0;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(); return 0; }
@@ -63,6 +66,7 @@ int dt_cli_serve(int argc, char **argv) {
         else if (!strcmp(f, "--upload-timeout") && dt_cli_number(v, 1, 3600, &upload)) {}
         else if (!strcmp(f, "--nproc") && dt_cli_number(v, 1, 256, &nproc) && nproc == (int)nproc) {}
         else if (!strcmp(f, "--tp") && dt_cli_number(v, 1, 256, &ntp) && ntp == (int)ntp) {}
+        else if (!strcmp(f, "--device") && v && dt_cli_device(v, &o.cuda, &named)) {}
         else return dt_cli_flag_error("serve", flags, f, v);
     }
     if (!o.model) { dt_log(DT_LOG_ERROR, "serve: give the MODEL to serve (a weights file or a checkpoint directory)"); return 2; }
@@ -75,6 +79,10 @@ int dt_cli_serve(int argc, char **argv) {
     o.upload_seconds = upload;
     if (o.budget < o.slots) {
         dt_log(DT_LOG_ERROR, "serve: --budget %d is below --slots %d (each step gives every decoding request a row)", o.budget, o.slots);
+        return 2;
+    }
+    if (o.cuda && (ntp > 1 || nproc > 1 || o.quant != DT_QUANT_NONE)) {
+        dt_log(DT_LOG_ERROR, "serve: --device cuda runs the decoder on one GPU in f32 (not with --tp, --nproc or --quantize int8)");
         return 2;
     }
     int launched, rc = dt_cli_join("serve", "one tensor-parallel part per rank (--tp N)", nproc, ntp, argv, &o.comm, &launched);

@@ -104,10 +104,12 @@ static dt_status run(const dt_serve_options *o, dt_decoder *d, serve_vocab *v) {
         if (!md) st = dt_error(DT_ERR_SYS, "serve: the HTTP server did not start on %s:%d", o->host, port);
     }
     if (!st) {
-        printf("dtrain serve: %s (%d layers, %d channels, vocabulary %d, context %d), %s weights (%.1f MB), %d slots, %d rows a step, "
+        char where[64];
+        if (o->cuda) snprintf(where, sizeof where, "f32 weights on GPU %d", o->cuda - 1);
+        else snprintf(where, sizeof where, "%s weights (%.1f MB)", dt_quant_name(o->quant), dt_decoder_weight_bytes(d) / 1e6);
+        printf("dtrain serve: %s (%d layers, %d channels, vocabulary %d, context %d), %s, %d slots, %d rows a step, "
                "%d threads; listening on http://%s%s%s:%d\n", o->model, c->num_layers, c->channels, c->vocab_size, c->max_seq_len,
-               dt_quant_name(o->quant), dt_decoder_weight_bytes(d) / 1e6, o->slots, o->budget, dt_kernels_threads(), v6 ? "[" : "",
-               o->host, v6 ? "]" : "", port);
+               where, o->slots, o->budget, dt_kernels_threads(), v6 ? "[" : "", o->host, v6 ? "]" : "", port);
         fflush(stdout);
         wait_for_stop(e);
         bool broken = serve_engine_stats(e).broken;
@@ -135,7 +137,10 @@ dt_status dt_serve_run(const dt_serve_options *o) {
     dt_tp_ops ops;
     bool tp = o->comm && dt_comm_size(o->comm) > 1;
     dt_status st = dt_generate_load(o->model, o->lora, o->comm, tp, &ops, &m);
-    if (!st) st = dt_decoder_create_taking(m, o->quant, o->slots, o->budget, &d); /* m is the decoder's: the weights held once */
+    if (!st && o->cuda) { /* the weights on the GPU: the host's copy is let go */
+        st = dt_decoder_create_gpu(m, o->cuda - 1, o->slots, o->budget, &d);
+        dt_gpt2_destroy(m);
+    } else if (!st) st = dt_decoder_create_taking(m, o->quant, o->slots, o->budget, &d); /* m is the decoder's: the weights held once */
     serve_vocab v = { 0 };
     if (!st && tp && dt_comm_rank(o->comm) > 0) st = dt_decoder_follow(d); /* the leader's steps, until it releases us */
     else {
