@@ -6,12 +6,12 @@
 # Hugging Face's decoding at batch 1 and 32 beside dtrain's GPU decoder (checked against the CPU decoder first). Each part prints its figures and goes on if another failed.
 # The binaries come built (scripts/gpu-carry.sh packs DIR/gpu-bin.tar.xz; llm.c's train_gpt2cu beside it, if built).
 # PARTS (a comma list; all by default): open, kernels, lm, lmbf16, bench, benchbf16, train, trainbf16, ddp, trace, oom,
-# llmc, torch (bf16 compiled), torchf32, gdecode (dtrain's decoder on the GPU against the CPU's, generate --device cuda),
+# llmc, torch (bf16 compiled), torchf32, plan (the planner's step against the runs'), gdecode (dtrain's decoder on the GPU against the CPU's, generate --device cuda),
 # decode (dtrain's decoding speed and Hugging Face's generate, in the same call).
 # usage: bench/gpu_check.sh [DIR] [PARTS]      (on the GPU machine, in the repository's root; the log goes to $OUT too)
 set -u
 dir=${1:-.gpu}
-parts=,${2:-open,kernels,lm,lmbf16,bench,benchbf16,train,trainbf16,ddp,trace,oom,llmc,torch,torchf32,gdecode,decode},
+parts=,${2:-open,kernels,lm,lmbf16,bench,benchbf16,train,trainbf16,ddp,trace,oom,plan,llmc,torch,torchf32,gdecode,decode},
 want() { [[ $parts == *,$1,* ]]; }
 out=${OUT:-/tmp/gpu_check_out}
 mkdir -p "$out"
@@ -142,6 +142,10 @@ if want oom; then
   rc=$?
   echo "exit $rc"
   results+=("$(printf '%-44s %s' "1558M B 64 refused" "$([ $rc = 1 ] && echo ok || echo "FAILED (exit $rc)")")")
+fi
+if want plan; then
+  part "the planner on the GPU (plan --device cuda: a step timed with 1 and 2 layers) against train --device cuda's steps"
+  run "plan against the runs" bash bench/gpu_plan_check.sh $bin/dtrain /tmp/llmc_train.bin
 fi
 if want llmc; then
   part "llm.c's train_gpt2cu: 124M (d12, random init), B 16, T 1024, bf16, no cuDNN"

@@ -73,6 +73,19 @@ done
 [ $same = 4 ] && grep -q "f32 weights on GPU 0" "$dir/sgpu.srv" &&
     ok "serve --device cuda on host kernels: 4 requests at once, each the CPU server's text for its seed" ||
     fail "serve --device cuda: $same of 4 requests equal the CPU server's; $(head -1 "$dir/sgpu.srv"); $(head -c 200 "$dir/sgpu.1")"
+# plan --device cuda: the bytes the pre-flight counts (train's refusal says them) and a step timed; what it does not
+# plan, said
+pl=(--layers 2 --channels 64 --heads 4 --vocab 256 --max-seq 64 --seq 64 --batch 4 --precision bf16)
+DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" plan "${pl[@]}" --device cuda --json > "$dir/plan.json" 2> "$dir/out" || fail "plan --device cuda: $(tail -1 "$dir/out")"
+DTRAIN_GPU_HOST_FREE_MB=1 DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${pl[@]}" --data "$dir/train.bin" --steps 1 --device cuda > "$dir/out" 2>&1
+want=$(grep -o 'needs [0-9.]* GiB' "$dir/out" | grep -o '[0-9.]*')
+got=$(python3 -c 'import json,sys; o=json.load(open(sys.argv[1])); print("%.2f %d" % (o["total"] / 2**30, o["step_ms"] > 0))' "$dir/plan.json" 2> /dev/null)
+[ -n "$want" ] && [ "$got" = "$want 1" ] && ok "plan --device cuda on host kernels: the pre-flight's $want GiB, a step timed" ||
+    fail "plan --device cuda: '$got' against the pre-flight's '$want GiB'"
+DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" plan "${pl[@]}" --device cuda --nproc 2 > "$dir/out" 2>&1
+[ $? = 2 ] && grep -q "plans one GPU's step; 2 ranks" "$dir/out" && ok "plan --device cuda --nproc 2: said, not priced" ||
+    fail "plan --device cuda --nproc 2: $(tail -1 "$dir/out")"
+
 # bf16 (autocast's mixed precision; the Linears' products bf16 on the device): the CPU's bf16 run bit for bit. B 1:
 # 64 tokens, one block of the CPU's 16-bit head (which sums its weight gradient a block of tokens at a time; the
 # host's stand-in, in one product: the same sums where there is one block)

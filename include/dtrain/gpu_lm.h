@@ -39,6 +39,22 @@ dt_status dt_gpu_lm_grads(dt_gpu_lm *m, float *host, int to_host);
 int dt_gpu_lm_flash(const dt_gpu_lm *m);
 /* Forward and backward for dt_program_set_device (the batch B x T the model was made for). */
 void dt_gpu_lm_device(dt_gpu_lm *m, dt_program_device *out);
+/* What dt_gpu_lm_create would take of the GPU for p at B x T (the pre-flight's count, whether or not it fits: bytes
+ * in all, of them the parameters', gradients', AdamW's and bf16's copy), and whether attention would be flash's;
+ * nothing is allocated. */
+dt_status dt_gpu_lm_count(dt_gpu *g, dt_program *p, int B, int T, size_t *need, size_t *state, int *flash);
+
+/* The planner on a GPU (src/gpu/plan.c): the model of cfg at B x T in precision prec (DT_F32 or DT_BF16; the GPU's
+ * TF32 setting as it is) and attention att, without building it: its bytes on the GPU counted as the pre-flight
+ * counts them, and where it fits, a training step (forward, backward, AdamW under opt) timed on the device with one
+ * layer and with two, the whole step their line at num_layers. */
+typedef struct {
+    size_t need, state, free_bytes; /* bytes: the whole model's, of them its state's; the GPU's free */
+    int fits, flash, timed;         /* flash: attention keeps log-sum-exps; timed: the steps were (it fits) */
+    double step_ms, block_ms, rest_ms; /* a step; a block's share of it; the rest (embedding, head, loss, update) */
+} dt_gpu_plan;
+dt_status dt_gpu_lm_plan(dt_gpu *g, const dt_lm_config *cfg, dt_dtype prec, dt_attn_mode att, int B, int T, const dt_optim_config *opt,
+                         dt_gpu_plan *out);
 
 /* Decoding on the GPU (src/gpu/decode.c): p's spec and current parameters copied to the device with a key/value
  * cache of nslots sequences of max_seq_len positions, f32, for steps of at most max_rows rows (p stays the
@@ -53,7 +69,7 @@ dt_status dt_gpu_decoder_run(dt_gpu_decoder *d, const int32_t *rows, int n, floa
 /* The GPU plugin (libdtrain_gpu.so, built with the CUDA path): dtrain loads it when --device cuda asks for it, so that
  * a dtrain built with CUDA runs where there is none, and a machine without it is told so by name. Its one export,
  * dt_gpu_plugin, gives this table; abi says which build's. */
-#define DT_GPU_ABI 4
+#define DT_GPU_ABI 5
 struct dt_strategy;
 typedef struct {
     int abi;
@@ -72,6 +88,8 @@ typedef struct {
     dt_status (*decoder_create)(dt_gpu *g, dt_program *p, int nslots, int max_rows, dt_gpu_decoder **out);
     void (*decoder_destroy)(dt_gpu_decoder *d);
     dt_status (*decoder_run)(dt_gpu_decoder *d, const int32_t *rows, int n, float *logits);
+    dt_status (*lm_plan)(dt_gpu *g, const dt_lm_config *cfg, dt_dtype prec, dt_attn_mode att, int B, int T, const dt_optim_config *opt,
+                         dt_gpu_plan *out);
 } dt_gpu_api;
 const dt_gpu_api *dt_gpu_plugin(void);
 /* dtrain's side: the plugin from DTRAIN_GPU_PLUGIN, else beside the executable; a clear error when this build has

@@ -26,6 +26,9 @@ static void usage(FILE *f) {
             "                     each other one does not run\n"
             "  --ties PCT         with --search: layouts within PCT%% of a group's fastest share its rank (default 3:\n"
             "                     the plan's own figure moves by 2-3%% between runs on a busy machine; docs/planner.md)\n"
+            "  --device cuda[:N]  one NVIDIA GPU's plan, from the GPU: the bytes the run's pre-flight counts, and the step\n"
+            "                     timed there at the job's batch with the model's 1 and 2 layers (the step is linear\n"
+            "                     in them); one process (docs/gpu.md)\n"
             "  --expert-load X    with --ep: the busiest rank's routed rows over the mean (1, balanced, by default; a\n"
             "                     run's metrics say it: expert_rank_load_max_mean), whose experts' work the step waits for\n");
 }

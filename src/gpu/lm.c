@@ -22,6 +22,7 @@ struct dt_gpu_lm {
     float eps;                 /* RMSNorm's */
     bool bf16;                 /* the program's precision: autocast's bf16 (else f32) */
     bool lse;                  /* attention keeps each row's log-sum-exp, not T x T probabilities (flash.cu) */
+    bool flash_ok;             /* flash attention may be taken (bf16 or TF32, a head it has a kernel for) */
     size_t n;                  /* parameters */
     size_t *off;               /* [L * nblock]: block l's tensor k's offset in the store */
     size_t o_wte, o_head, o_lnfw;
@@ -48,12 +49,16 @@ struct dt_gpu_lm {
 /* The pre-flight: everything the model takes on the GPU counted before any of it is asked for, and refused, naming
  * the sizes, when it is more than the GPU has free. */
 static dt_status lay_out(dt_gpu_lm *m);
-static dt_status preflight(dt_gpu_lm *m) {
+static void count(dt_gpu_lm *m) {
     m->counting = 1, m->need = m->state_need = 0;
-    dt_status st = lay_out(m);
+    (void)lay_out(m); /* counting takes nothing, so fails at nothing */
     m->counting = 0;
+}
+
+static dt_status preflight(dt_gpu_lm *m) {
+    count(m);
     size_t fr = 0, tot = 0;
-    if (!st) st = dt_gpu_mem_info(m->g, &fr, &tot);
+    dt_status st = dt_gpu_mem_info(m->g, &fr, &tot);
     if (st || m->need <= fr) return st;
     return dt_error(DT_ERR_NOMEM, "--device cuda: this model at B %d x T %d needs %.2f GiB of the GPU (parameters, gradients and AdamW's "
                     "moments%s %.2f GiB; activations %.2f GiB: a smaller --batch or --seq takes less), and %s has %.2f GiB free",
@@ -155,7 +160,9 @@ static dt_status lay_out(dt_gpu_lm *m) {
     return st;
 }
 
-dt_status dt_gpu_lm_create(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **out) {
+/* The runner's fields for p at B x T, nothing on the device yet (flash: whether attention keeps log-sum-exps where
+ * it may). */
+static dt_status make(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **out) {
     *out = NULL;
     const dt_lm_config *c = dt_program_config(p);
     if (B < 1 || T < 1 || T > c->max_seq_len) return dt_error(DT_ERR_ARG, "--device cuda: B %d x T %d (T at most %d)", B, T, c->max_seq_len);
@@ -188,11 +195,35 @@ dt_status dt_gpu_lm_create(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **o
     if (!m->off || !m->val || !m->stats || !m->dval || !m->packed || !m->h_losses) st = dt_error(DT_ERR_NOMEM, "dt_gpu_lm_create: out of memory");
     for (int l = 0; !st && l < m->L; l++)
         for (int k = 0; k < m->nblock; k++) m->off[l * m->nblock + k] = dt_program_block_tensor(p, l, k)->offset;
-    if (!st) st = preflight(m);
-    if (st == DT_ERR_NOMEM && !m->lse && dt_program_attention(p) == DT_ATTN_AUTO && flash_ok) {
+    m->flash_ok = flash_ok;
+    *out = m;
+    return st;
+}
+
+/* The pre-flight's choice: with DT_ATTN_AUTO, flash attention where the T x T probabilities do not fit and it can. */
+static dt_status fit(dt_gpu_lm *m, dt_program *p) {
+    dt_status st = preflight(m);
+    if (st == DT_ERR_NOMEM && !m->lse && dt_program_attention(p) == DT_ATTN_AUTO && m->flash_ok) {
         m->lse = true; /* without the T x T probabilities it may fit */
         st = preflight(m);
     }
+    return st;
+}
+
+dt_status dt_gpu_lm_count(dt_gpu *g, dt_program *p, int B, int T, size_t *need, size_t *state, int *flash) {
+    dt_gpu_lm *m = NULL;
+    dt_status st = make(g, p, B, T, &m);
+    if (!st && fit(m, p) == DT_ERR_NOMEM) st = DT_OK; /* the count stands either way (a pre-flight's refusal is its news) */
+    if (!st) count(m), *need = m->need, *state = m->state_need, *flash = m->lse;
+    dt_gpu_lm_destroy(m);
+    return st;
+}
+
+dt_status dt_gpu_lm_create(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **out) {
+    dt_gpu_lm *m = NULL;
+    dt_status st = make(g, p, B, T, &m);
+    *out = NULL;
+    if (!st) st = fit(m, p);
     if (!st) st = lay_out(m);
     if (!st) st = dt_gpu_lm_upload(m, dt_program_params(p));
     if (!st && m->v.rotary) st = dt_gpu_upload(g, m->inv_freq, m->v.inv_freq, (size_t)m->hd / 2 * sizeof(float));

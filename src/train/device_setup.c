@@ -10,7 +10,7 @@ static dt_status refuse(const char *what) {
                                         "AdamW, GPT-2's and Llama's ops; docs/gpu.md)", what);
 }
 
-static dt_status check(const dt_train_config *c, int nranks) {
+dt_status dt_train_device_check(const dt_train_config *c, int nranks) {
     if (c->tp > 1 || c->pp > 1 || c->cp > 1 || c->ep > 1) return refuse("a model split over ranks (--tp, --pp, --cp, --ep)");
     if (c->strategy && strcmp(c->strategy, "single") && strcmp(c->strategy, "ddp"))
         return refuse("ZeRO (--strategy zero1, zero2, zero3)");
@@ -29,7 +29,7 @@ dt_status dt_train_device_attach(const dt_train_config *c, int nranks, int local
                                  dt_train_device *out) {
     memset(out, 0, sizeof *out);
     if (!c->cuda) return DT_OK;
-    dt_status st = check(c, nranks);
+    dt_status st = dt_train_device_check(c, nranks);
     if (!st) st = dt_gpu_api_load(&out->api);
     int gpus = st ? 0 : out->api->count(), ordinal = c->cuda_named || gpus < 1 ? c->cuda - 1 : local_rank % gpus;
     if (!st) st = out->api->open(out->ordinal = ordinal, &out->gpu);

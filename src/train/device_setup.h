@@ -21,6 +21,11 @@ typedef struct {
 dt_status dt_train_device_attach(const dt_train_config *c, int nranks, int local_rank, dt_program *p, dt_engine_config *ec,
                                  dt_train_device *out);
 void dt_train_device_detach(dt_train_device *d, dt_program *p);
+/* What the GPU path cannot run, refused by name (attach's first step; the planner's too). */
+dt_status dt_train_device_check(const dt_train_config *c, int nranks);
+/* dtrain plan --device cuda (planner_gpu.c): one GPU's plan of cfg at c's batch, printed (or as JSON); 0, or 2 after
+ * saying why not. */
+int dt_train_plan_gpu(const dt_train_config *c, const dt_plan_request *rq, const dt_gpt2_config *cfg, int nranks, FILE *f);
 /* The GPU's name and its memory in use, for the run's first lines (NULL: none). */
 const char *dt_train_device_name(const dt_train_device *d, double *used_gib, double *total_gib);
 /* Whether attention on the GPU keeps each row's log-sum-exp (flash), not T x T probabilities. */

@@ -2,6 +2,7 @@
  * (layout.c) and the memory plan (plan/memory.c) are the ones train itself
  * refuses by and sizes from; this file resolves the model and hardware,
  * prints one plan, or searches every layout of the ranks. */
+#include "device_setup.h"
 #include "dtrain/train.h"
 #include "dtrain/obs.h"
 #include "dtrain/pipeline.h"
@@ -355,6 +356,11 @@ int dt_train_plan(const dt_train_config *c0, const dt_plan_request *rq, FILE *f)
     /* ZeRO's mixed-precision Adam for --params (the paper's accounting) */
     if (rq->params > 0 && c.precision == DT_F32) c.precision = DT_F16;
     dt_status st = resolve_model(&c, rq, &cfg);
+    if (!st && c.cuda) {
+        int rc = dt_train_plan_gpu(&c, rq, &cfg, job_ranks(&c), f);
+        if (!rc && !rq->json && rq->argv) print_train_command(rq, NULL, f);
+        return rc;
+    }
     if (!st) measure_this_machine_apart(rq->hardware), st = dt_plan_hardware_get(rq->hardware, &h);
     if (st) {
         dt_log(DT_LOG_ERROR, "plan: %s", dt_last_error());
