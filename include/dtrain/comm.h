@@ -171,6 +171,9 @@ dt_status dt_comm_reduce(dt_comm *c, const void *sendbuf, void *recvbuf, size_t 
  * blocks would not fit its recvcap elements fails every rank with one message naming it, before any block lands. */
 dt_status dt_comm_alltoallv(dt_comm *c, const void *sendbuf, const size_t *sendcounts, void *recvbuf, size_t recvcap,
                             size_t *recvcounts, dt_dtype dtype);
+/* Across machines, the largest block (bytes) that travels in one message with its sender's counts over p ranks; a
+ * larger one takes a second round of pairs after them (the planner prices the rounds by it). */
+size_t dt_comm_alltoallv_ride(int p);
 /* sendbuf and recvbuf hold size*count elements; block j goes to rank j. */
 dt_status dt_comm_alltoall(dt_comm *c, const void *sendbuf, void *recvbuf, size_t count,
                            dt_dtype dtype);

@@ -7,6 +7,7 @@
 #include "plan_internal.h"
 
 #include "dtrain/base.h"
+#include "dtrain/comm.h"
 #include "dtrain/kernels.h"
 #include "dtrain/pipeline.h"
 #include "dtrain/strategy.h"
@@ -469,11 +470,14 @@ static void mp_terms(const step_ctx *x, dt_plan_time *o) {
     if (cp > 1) cp_terms(x, o, nl);
     /* expert parallelism: a layer's rows to their experts' ranks and back, forward and backward (recomputing: forward's again),
      * (ep-1)/ep of each rank's choices crossing (balanced), a row its C values (and the weight dtrain sends beside it, in f32;
-     * Megatron's in 16 bits); the ranks inside one machine while ep fits there. dtrain waits for each exchange */
+     * Megatron's in 16 bits); the ranks inside one machine while ep fits there. dtrain waits for each exchange. On one
+     * machine a pair's turn each; across machines the counts go to every rank at once (one latency), with the blocks
+     * where they are small, else the blocks in a second round of pairs */
     if (ep > 1 && rc.experts) {
         int ep_nodes = job->nodes > 1 && ep > local / (tp * p > 0 ? tp * p : 1) ? 1 : 0;
         double rows = tokens * rc.experts_top_k * (ep - 1) / ep, bytes = rows * (j->paper_states ? w * C : 4 * (C + 1.0));
-        o->ep_comm = m * nl * fmoe * (4 + (j->recompute ? 2 : 0)) * ((ep - 1) * (ep_nodes ? xa : ia) + bytes * (ep_nodes ? xb : ib) + 2 * bytes * g);
+        double lat = !ep_nodes ? (ep - 1) * ia : xa * (1 + (bytes / (ep - 1) > (double)dt_comm_alltoallv_ride(ep) ? ep - 1 : 0));
+        o->ep_comm = m * nl * fmoe * (4 + (j->recompute ? 2 : 0)) * (lat + bytes * (ep_nodes ? xb : ib) + 2 * bytes * g);
     }
     if (p > 1) pp_terms(x, o, pp_nodes);
 }

@@ -2,7 +2,7 @@
  * message from each rank to each other rank, those to other machines posted at once, those on this machine pair by
  * pair (at step k rank r sends to r + k while it receives from r - k). Each message holds the sender's row (its
  * room and its counts for every rank, so that every rank checks every receipt the same way and all refuse alike, as on
- * shared memory) and, where it is small (ride(p) bytes), its block for that rank: then one message each way is the
+ * shared memory) and, where it is small (dt_comm_alltoallv_ride(p) bytes), its block for that rank: then one message each way is the
  * whole call, as in Open MPI's MPI_Alltoallv, whose counts are known beforehand. The receiver takes the message at
  * the length it has (dt_p2p_exchange_upto), so a block costs its own bytes on the wire and nothing is padded to an
  * agreed size. Larger blocks go in a second round of pairs once every receipt is checked. */
@@ -19,7 +19,7 @@
 
 /* The most bytes of a block that ride beside the row: 16 KiB a call's receipts in all (two ranks' 32 KiB a rank ride;
  * past that a memcpy each side costs more than the round it saves), 512 at least. */
-static size_t ride(int p) {
+size_t dt_comm_alltoallv_ride(int p) {
     size_t b = ((size_t)16384 / (size_t)(p > 1 ? p - 1 : 1)) & ~(size_t)7;
     return b > 512 ? b : 512;
 }
@@ -94,7 +94,7 @@ static dt_status check_length(int p, int from, int r, size_t es, const uint8_t *
 static dt_status rows_round(dt_comm *c, const coll_args *a, const size_t *sat, size_t es, uint8_t *out, uint8_t *in, size_t slot,
                             uint8_t **rows, size_t *sent, size_t *got, void *xfers) {
     int p = c->size, r = c->rank;
-    size_t head = write_row(a, p, out), most = ride(p);
+    size_t head = write_row(a, p, out), most = dt_comm_alltoallv_ride(p);
     dt_status st = DT_OK;
     rows[r] = out;
     for (int k = 1; k < p; k++) { /* the messages */
@@ -137,7 +137,7 @@ static dt_status rows_round(dt_comm *c, const coll_args *a, const size_t *sat, s
 /* The blocks that did not ride, pair by pair. */
 static dt_status blocks_round(dt_comm *c, const coll_args *a, uint8_t *const *rows, const size_t *sat, const size_t *rat, size_t es) {
     int p = c->size, r = c->rank;
-    size_t most = ride(p);
+    size_t most = dt_comm_alltoallv_ride(p);
     dt_status st = DT_OK;
     for (int k = 1; !st && k < p; k++) {
         int to = (r + k) % p, from = (r - k + p) % p;
@@ -151,7 +151,7 @@ static dt_status blocks_round(dt_comm *c, const coll_args *a, uint8_t *const *ro
 
 dt_status dt_pairwise_alltoallv_run(dt_comm *c, const coll_args *a) {
     int p = c->size, r = c->rank;
-    size_t es = dt_dtype_size(a->dtype), slot = (row_bytes(p, 0) + ride(p) + 7) & ~(size_t)7, so = 0, ro = 0;
+    size_t es = dt_dtype_size(a->dtype), slot = (row_bytes(p, 0) + dt_comm_alltoallv_ride(p) + 7) & ~(size_t)7, so = 0, ro = 0;
     /* up to 16 ranks on the stack (a dispatch of a few hundred bytes must not pay for allocations) */
     size_t sat_local[4 * 16];
     uint8_t *rows_local[16];
