@@ -271,6 +271,18 @@ else
     else
         fail "--device cuda without a GPU: exit $rc: $(tail -1 "$dir/out")"
     fi
+    # generate, serve and plan alike: the error, and nothing generated, served or planned first
+    for cmd in "generate --model $a --ids --prompt 1,2,3 --tokens 5" "serve $a --port 0" "plan ${model[*]}"; do
+        # shellcheck disable=SC2086
+        timeout 60 "$DTRAIN" $cmd --device cuda > "$dir/out" 2>&1
+        rc=$?
+        if [ $rc -ge 1 ] && [ $rc -le 2 ] && grep -qE -- "--device cuda: (no usable NVIDIA GPU here|this dtrain was built without CUDA|the GPU plugin .* does not load)" "$dir/out" &&
+           ! grep -qE '^1,2,3|listening|step time' "$dir/out"; then
+            ok "${cmd%% *} --device cuda without a GPU: refused before any output"
+        else
+            fail "${cmd%% *} --device cuda without a GPU: exit $rc: $(head -c 300 "$dir/out")"
+        fi
+    done
 fi
 echo "gpu_train: $passed passed, $failed failed"
 [ $failed -eq 0 ]

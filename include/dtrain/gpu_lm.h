@@ -95,6 +95,8 @@ const dt_gpu_api *dt_gpu_plugin(void);
 /* dtrain's side: the plugin from DTRAIN_GPU_PLUGIN, else beside the executable; a clear error when this build has
  * no CUDA path, the file is missing, or it cannot load (no CUDA runtime libraries, another build's). */
 dt_status dt_gpu_api_load(const dt_gpu_api **out);
+/* Whether GPU `ordinal` opens (the plugin loaded, the GPU opened and closed): a command checks before its first output. */
+dt_status dt_gpu_api_probe(int ordinal);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* dtrain generate: flag parsing and printing only. */
 #include "cli.h"
 #include "dtrain/data.h"
+#include "dtrain/gpu_lm.h"
 #include "dtrain/infer.h"
 #include "dtrain/io.h"
 #include "dtrain/parallel.h"
@@ -153,6 +154,7 @@ static dt_status gen_run(const gen_cli *x, dt_comm *w, bool tp, bool printer) {
     else if (x->ids) st = parse_ids(x->prompt, V, &p, &n);
     else st = dt_bpe_for_model(x->enc, x->merges, V, x->model, "generate", printer, &b);
     if (!st && !x->ids) st = dt_bpe_prompt(b, x->prompt, strlen(x->prompt), &p, &n);
+    if (!st && x->cuda) st = dt_gpu_api_probe(x->cuda - 1); /* before the prompt is printed */
     if (!st) {
         if (printer) printf("%s", x->prompt);
         dt_generate_options o = { x->count, { x->temp, x->topk, x->topp }, x->seed, x->cache, x->quant, x->cuda };

@@ -48,3 +48,12 @@ dt_status dt_gpu_api_load(const dt_gpu_api **out) {
     }
     return *out = loaded = api, DT_OK;
 }
+
+dt_status dt_gpu_api_probe(int ordinal) {
+    const dt_gpu_api *api = NULL;
+    dt_gpu *g = NULL;
+    dt_status st = dt_gpu_api_load(&api);
+    if (!st) st = api->open(ordinal, &g);
+    if (g) api->close(g);
+    return st;
+}
