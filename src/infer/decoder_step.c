@@ -40,6 +40,7 @@ static float cache_get(const dt_decoder *d, size_t i) {
 dt_status dt_decoder_cached(const dt_decoder *d, int slot, int layer, int pos, float *k, float *v, int *n) {
     int hd = d->hd;
     *n = d->NKVl * hd;
+    if (d->dev.run) return dt_error(DT_ERR_UNSUPPORTED, "decoder: its cache is on the device");
     if (slot < 0 || slot >= d->nslots || layer < 0 || layer >= d->cfg.num_layers || pos < 0 || (size_t)pos >= dt_decoder_padded_positions(d))
         return dt_error(DT_ERR_ARG, "decoder: no slot %d, layer %d, position %d", slot, layer, pos);
     int b = pos / DT_KEY_BLOCK, i = pos % DT_KEY_BLOCK;
