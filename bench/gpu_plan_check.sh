@@ -24,8 +24,13 @@ worst=0
 for j in "${jobs[@]}"; do
   # shellcheck disable=SC2086
   plan=$("$dtrain" plan $j --device cuda --json 2> /tmp/plan.err)
+  rm -f /tmp/plan_run.jsonl
   # shellcheck disable=SC2086
-  "$dtrain" train $j --data "$data" --steps 12 --lr 1e-4 --device cuda --metrics /tmp/plan_run.jsonl > /tmp/plan_run.out 2>&1
+  if ! "$dtrain" train $j --data "$data" --steps 12 --lr 1e-4 --device cuda --metrics /tmp/plan_run.jsonl > /tmp/plan_run.out 2>&1; then
+    printf '%-72s the run failed: %s\n' "$j" "$(tail -1 /tmp/plan_run.out)"
+    worst=100
+    continue
+  fi
   row=$(python3 - "$plan" <<'EOF'
 import json, statistics, sys, re
 try:
