@@ -38,6 +38,10 @@ dt_status dt_gpu_mem_info(dt_gpu *g, size_t *free_bytes, size_t *total);
 
 dt_status dt_gpu_alloc(dt_gpu *g, size_t bytes, void **out); /* refused, saying how much and what is free, when it does not fit */
 void dt_gpu_free(dt_gpu *g, void *p);
+/* Host memory the device copies to and from at the bus's rate (page-locked; plain memory where that is refused: *pinned
+ * says which); freed by dt_gpu_host_free with the same pinned. */
+dt_status dt_gpu_host_alloc(dt_gpu *g, size_t bytes, void **out, int *pinned);
+void dt_gpu_host_free(dt_gpu *g, void *p, int pinned);
 dt_status dt_gpu_upload(dt_gpu *g, void *dst, const void *src, size_t bytes);
 dt_status dt_gpu_download(dt_gpu *g, void *dst, const void *src, size_t bytes);
 void dt_gpu_zero(dt_gpu *g, void *p, size_t bytes);

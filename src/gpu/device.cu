@@ -110,6 +110,19 @@ dt_status dt_gpu_alloc(dt_gpu *g, size_t bytes, void **out) {
                     bytes / 1073741824.0, fr / 1073741824.0, tot / 1073741824.0, cudaGetErrorString(e));
 }
 
+dt_status dt_gpu_host_alloc(dt_gpu *g, size_t bytes, void **out, int *pinned) {
+    (void)g;
+    *pinned = cudaHostAlloc(out, bytes ? bytes : 16, cudaHostAllocDefault) == cudaSuccess;
+    if (!*pinned) cudaGetLastError(), *out = malloc(bytes ? bytes : 16); /* slower copies, the same results */
+    return *out ? DT_OK : dt_error(DT_ERR_NOMEM, "no host memory for %zu bytes", bytes);
+}
+
+void dt_gpu_host_free(dt_gpu *g, void *p, int pinned) {
+    (void)g;
+    if (pinned) cudaFreeHost(p);
+    else free(p);
+}
+
 void dt_gpu_free(dt_gpu *g, void *p) {
     (void)g;
     if (p) cudaFree(p);

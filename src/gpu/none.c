@@ -126,3 +126,5 @@ int dt_gpu_attention_cached_positions(int hd) { return (void)hd, 0; }
 void dt_gpu_gather_rows(dt_gpu *g, float *o, const float *in, const int32_t *idx, int m, int C) {
     (void)g, (void)o, (void)in, (void)idx, (void)m, (void)C;
 }
+dt_status dt_gpu_host_alloc(dt_gpu *g, size_t bytes, void **out, int *pinned) { return (void)g, (void)bytes, *pinned = 0, *out = 0, none(); }
+void dt_gpu_host_free(dt_gpu *g, void *p, int pinned) { (void)g, (void)p, (void)pinned; }
