@@ -59,6 +59,7 @@ dt_status dt_gpu_host_alloc(dt_gpu *g, size_t bytes, void **out, int *pinned) {
     return *out ? DT_OK : dt_error(DT_ERR_NOMEM, "host emulation: no room for %zu bytes", bytes);
 }
 void dt_gpu_host_free(dt_gpu *g, void *p, int pinned) { (void)g, (void)pinned, free(p); }
+int dt_gpu_host_pin(dt_gpu *g, void *p, size_t bytes, int on) { return (void)g, (void)p, (void)bytes, (void)on, 0; }
 dt_status dt_gpu_upload(dt_gpu *g, void *d, const void *s, size_t n) { return (void)g, memcpy(d, s, n), DT_OK; }
 dt_status dt_gpu_download(dt_gpu *g, void *d, const void *s, size_t n) { return (void)g, memcpy(d, s, n), DT_OK; }
 void dt_gpu_zero(dt_gpu *g, void *p, size_t n) { (void)g, memset(p, 0, n); }

@@ -42,6 +42,9 @@ void dt_gpu_free(dt_gpu *g, void *p);
  * says which); freed by dt_gpu_host_free with the same pinned. */
 dt_status dt_gpu_host_alloc(dt_gpu *g, size_t bytes, void **out, int *pinned);
 void dt_gpu_host_free(dt_gpu *g, void *p, int pinned);
+/* Existing host memory page-locked for the device's copies (on 1) or let go (0): 1 where it is locked, 0 where the
+ * runtime refused (the copies work either way, slower). */
+int dt_gpu_host_pin(dt_gpu *g, void *p, size_t bytes, int on);
 dt_status dt_gpu_upload(dt_gpu *g, void *dst, const void *src, size_t bytes);
 dt_status dt_gpu_download(dt_gpu *g, void *dst, const void *src, size_t bytes);
 void dt_gpu_zero(dt_gpu *g, void *p, size_t bytes);

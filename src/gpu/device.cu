@@ -123,6 +123,13 @@ void dt_gpu_host_free(dt_gpu *g, void *p, int pinned) {
     else free(p);
 }
 
+int dt_gpu_host_pin(dt_gpu *g, void *p, size_t bytes, int on) {
+    (void)g;
+    cudaError_t e = on ? cudaHostRegister(p, bytes, cudaHostRegisterDefault) : cudaHostUnregister(p);
+    if (e != cudaSuccess) cudaGetLastError(); /* not sticky: the copies go on from pageable memory */
+    return e == cudaSuccess;
+}
+
 void dt_gpu_free(dt_gpu *g, void *p) {
     (void)g;
     if (p) cudaFree(p);

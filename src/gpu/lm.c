@@ -40,6 +40,8 @@ struct dt_gpu_lm {
     float **dval;              /* [v]: one block's value gradients (IN and OUT: the two dres buffers) */
     float *dres[2], *lnf, *lnf_stats, *logits, *losses, *dlnf, *scratch;
     float *h_losses;           /* host: a forward's rows' losses */
+    float *staged;             /* host: the buffer dt_gpu_lm_grads last moved the gradients through, page-locked if staged_pinned */
+    int staged_pinned;
     double scored;
     long step;
     int counting;              /* lay_out counts bytes (need; state_need of them the parameters' and AdamW's) */
@@ -244,6 +246,7 @@ dt_status dt_gpu_lm_create(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **o
 void dt_gpu_lm_destroy(dt_gpu_lm *m) {
     if (!m) return;
     dt_gpu *g = m->g;
+    if (m->staged_pinned) dt_gpu_host_pin(g, m->staged, m->n * sizeof(float), 0);
     float *bufs[] = { m->params, m->grads, m->m, m->vv, m->stream, m->dres[0], m->dres[1], m->lnf, m->lnf_stats, m->logits, m->losses,
                       m->dlnf, m->scratch, m->dpacked, m->inv_freq, m->work, m->rin };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) dt_gpu_free(g, bufs[i]);
@@ -543,6 +546,10 @@ dt_status dt_gpu_lm_state(dt_gpu_lm *m, float *params, float *m1, float *m2, lon
 
 dt_status dt_gpu_lm_grads(dt_gpu_lm *m, float *host, int to_host) {
     size_t bytes = m->n * sizeof(float);
+    if (host != m->staged) { /* the buffer gradients are staged through every step: page-locked once (twice the bus's rate) */
+        if (m->staged_pinned) dt_gpu_host_pin(m->g, m->staged, bytes, 0);
+        m->staged = host, m->staged_pinned = dt_gpu_host_pin(m->g, host, bytes, 1);
+    }
     return to_host ? dt_gpu_download(m->g, host, m->grads, bytes) : dt_gpu_upload(m->g, m->grads, host, bytes);
 }
 
