@@ -73,6 +73,12 @@ done
 [ $same = 4 ] && grep -q "f32 weights on GPU 0" "$dir/sgpu.srv" &&
     ok "serve --device cuda on host kernels: 4 requests at once, each the CPU server's text for its seed" ||
     fail "serve --device cuda: $same of 4 requests equal the CPU server's; $(head -1 "$dir/sgpu.srv"); $(head -c 200 "$dir/sgpu.1")"
+# a decoder that does not fit the GPU (64 slots' cache in 1 MiB): refused before anything is asked of it, naming the sizes
+DTRAIN_GPU_HOST_FREE_MB=1 DTRAIN_GPU_PLUGIN=$HOST timeout 60 "$DTRAIN" serve "$a" --port 0 --slots 64 --device cuda > "$dir/out" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q -- "--device cuda: decoding this model needs .* GiB of the GPU (the f32 weights .*the cache of 64 slots of 64 positions" "$dir/out" &&
+    ! grep -q listening "$dir/out" && ok "serve --device cuda, a GPU with 1 MiB free: refused before listening, naming the cache" ||
+    fail "serve --device cuda on a small GPU: exit $rc: $(tail -1 "$dir/out")"
 # plan --device cuda: the bytes the pre-flight counts (train's refusal says them) and a step timed; what it does not
 # plan, said
 pl=(--layers 2 --channels 64 --heads 4 --vocab 256 --max-seq 64 --seq 64 --batch 4 --precision bf16)

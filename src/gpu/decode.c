@@ -20,6 +20,8 @@ struct dt_gpu_decoder {
     float **val;              /* [v]: a value's max_rows rows (IN and OUT swapped after each block) */
     float *stats, *last, *lastn, *logits; /* device: a norm's statistics; the rows that want logits, normed; their logits */
     int32_t *rows, *h_rows;   /* device and host: the step's rows, then the indices of those that want logits */
+    int counting;             /* lay_out counts bytes (into need) instead of taking them */
+    size_t need;
     float *h_logits;          /* host: m x Vp */
     int pinned[2];            /* h_rows and h_logits page-locked (the logits of 32 rows are 6 MB a step for GPT-2) */
 };
@@ -61,23 +63,43 @@ static dt_status keep_view(dt_gpu_decoder *d) {
     return ops && w ? DT_OK : dt_error(DT_ERR_NOMEM, "GPU decoder: out of memory");
 }
 
-static dt_status take(dt_gpu *g, size_t bytes, void *out) { return dt_gpu_alloc(g, bytes ? bytes : 16, (void **)out); }
+/* A device buffer; while counting (the pre-flight), only its bytes, added up (weights: the parameters'). */
+static dt_status take(dt_gpu_decoder *d, size_t bytes, void *out) {
+    if (!d->counting) return dt_gpu_alloc(d->g, bytes ? bytes : 16, (void **)out);
+    d->need += bytes;
+    return DT_OK;
+}
 
 static dt_status lay_out(dt_gpu_decoder *d, size_t n) {
-    dt_gpu *g = d->g;
     size_t R = (size_t)d->max_rows, C = (size_t)d->C;
     d->kv.P = d->cfg.max_seq_len, d->kv.KVH = d->v.kv_heads, d->kv.hd = d->hd;
     d->kv.slot_elems = (size_t)d->L * 2 * d->kv.P * d->kv.KVH * d->hd;
-    dt_status st = take(g, n * sizeof(float), &d->params);
-    if (!st) st = take(g, (size_t)d->nslots * d->kv.slot_elems * sizeof(float), &d->kv.cache);
-    for (int x = 0; !st && x < d->v.nvalues; x++) st = take(g, R * (size_t)d->v.value_width[x] * sizeof(float), &d->val[x]);
-    if (!st) st = take(g, 2 * R * sizeof(float), &d->stats);
-    if (!st) st = take(g, R * C * sizeof(float), &d->last);
-    if (!st) st = take(g, R * C * sizeof(float), &d->lastn);
-    if (!st) st = take(g, R * (size_t)d->Vp * sizeof(float), &d->logits);
-    if (!st) st = take(g, R * 5 * sizeof(int32_t), &d->rows);
-    if (!st && d->v.rotary) st = take(g, (size_t)d->hd / 2 * sizeof(float), &d->inv_freq);
+    dt_status st = take(d, n * sizeof(float), &d->params);
+    if (!st) st = take(d, (size_t)d->nslots * d->kv.slot_elems * sizeof(float), &d->kv.cache);
+    for (int x = 0; !st && x < d->v.nvalues; x++) st = take(d, R * (size_t)d->v.value_width[x] * sizeof(float), &d->val[x]);
+    if (!st) st = take(d, 2 * R * sizeof(float), &d->stats);
+    if (!st) st = take(d, R * C * sizeof(float), &d->last);
+    if (!st) st = take(d, R * C * sizeof(float), &d->lastn);
+    if (!st) st = take(d, R * (size_t)d->Vp * sizeof(float), &d->logits);
+    if (!st) st = take(d, R * 5 * sizeof(int32_t), &d->rows);
+    if (!st && d->v.rotary) st = take(d, (size_t)d->hd / 2 * sizeof(float), &d->inv_freq);
     return st;
+}
+
+/* Everything the decoder takes of the GPU counted before any of it is asked for, and refused, naming the sizes, when
+ * it is more than the GPU has free. */
+static dt_status preflight(dt_gpu_decoder *d, size_t n) {
+    d->counting = 1, d->need = 0;
+    (void)lay_out(d, n); /* counting takes nothing, so fails at nothing */
+    d->counting = 0;
+    size_t weights = n * sizeof(float), cache = (size_t)d->nslots * d->kv.slot_elems * sizeof(float);
+    size_t fr = 0, tot = 0;
+    dt_status st = dt_gpu_mem_info(d->g, &fr, &tot);
+    if (st || d->need <= fr) return st;
+    return dt_error(DT_ERR_NOMEM, "--device cuda: decoding this model needs %.2f GiB of the GPU (the f32 weights %.2f GiB; the cache of %d "
+                    "slots of %d positions %.2f GiB: fewer slots take less; a step's rows %.2f GiB), and %s has %.2f GiB free",
+                    d->need / 1073741824.0, weights / 1073741824.0, d->nslots, d->cfg.max_seq_len, cache / 1073741824.0,
+                    (d->need - weights - cache) / 1073741824.0, dt_gpu_name(d->g), fr / 1073741824.0);
 }
 
 dt_status dt_gpu_decoder_create(dt_gpu *g, dt_program *p, int nslots, int max_rows, dt_gpu_decoder **out) {
@@ -105,6 +127,7 @@ dt_status dt_gpu_decoder_create(dt_gpu *g, dt_program *p, int nslots, int max_ro
     for (int k = 0; !st && k < d->v.nops; k++)
         if (d->v.ops[k].s.kind == DT_OP_ATTENTION) d->win = d->v.ops[k].width_in;
     size_t n = dt_program_num_params(p);
+    if (!st) st = preflight(d, n);
     if (!st) st = lay_out(d, n);
     if (!st) st = dt_gpu_upload(g, d->params, dt_program_params(p), n * sizeof(float));
     if (!st && d->v.rotary) st = dt_gpu_upload(g, d->inv_freq, d->v.inv_freq, (size_t)d->hd / 2 * sizeof(float));
