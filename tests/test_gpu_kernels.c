@@ -300,13 +300,16 @@ static void decoding(dt_gpu *g) {
     float *in = random_floats((size_t)n * win, 1), *pk = malloc(nq * 4), *y = malloc(no * 4), *att = malloc((size_t)B * NH * T * T * 4);
     dt_attention_pack(pk, in, BT, NH, KVH, hd, kv_of);
     dt_attention_forward(y, att, pk, B, T, C, NH);
-    dt_gpu_kv kv = { NULL, (size_t)2 * T * KVH * hd, T, KVH, hd };
+    dt_gpu_kv kv = { NULL, (size_t)2 * T * KVH * hd, T, KVH, hd, 0 };
     dt_gpu_alloc(g, 2 * kv.slot_elems * 4, (void **)&kv.cache);
     int32_t *grows = to_device(g, rows, sizeof(int32_t) * 4 * n);
     float *gin = to_device(g, in, (size_t)n * win * 4), *gy;
     dt_gpu_alloc(g, no * 4, (void **)&gy);
     dt_gpu_attention_cached(g, gy, &kv, gin, grows, n, 0, NH, (int)win);
     report_err("decoder attention over the cache (6 heads from 2 K/V heads, 2 slots of 256 positions)", device_err(g, gy, y, no), 1e-5);
+    kv.chunk = 48; /* the positions in chunks (the last one short): the running maximum and sum carried across them */
+    dt_gpu_attention_cached(g, gy, &kv, gin, grows, n, 0, NH, (int)win);
+    report_err("decoder attention, the cache 48 positions at a time", device_err(g, gy, y, no), 1e-5);
     /* the embedding and the turn at the rows' positions, shuffled */
     for (int r = 0; r < n; r++) rows[4 * r + 1] = (r * 131) % T;
     dt_gpu_upload(g, grows, rows, sizeof(int32_t) * 4 * n);

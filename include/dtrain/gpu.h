@@ -131,6 +131,7 @@ typedef struct {
     float *cache;
     size_t slot_elems;
     int P, KVH, hd;
+    int chunk; /* positions attention scores at a time in shared memory (0: 2048); any context is taken a chunk at a time */
 } dt_gpu_kv;
 /* out[r] = wte[token] (+ wpe[position], wpe not NULL), C channels a row. */
 void dt_gpu_embed_rows(dt_gpu *g, float *out, const int32_t *rows, const float *wte, const float *wpe, int n, int C);
@@ -138,11 +139,11 @@ void dt_gpu_embed_rows(dt_gpu *g, float *out, const int32_t *rows, const float *
 void dt_gpu_rope_rows(dt_gpu *g, float *x, const float *inv_freq, const int32_t *rows, int n, int heads, int d, size_t row_stride);
 /* Attention of n rows at layer l: in [n, q of NH heads | k, v of the KVH K/V heads] (win floats a row); every row's k
  * and v stored at its slot and position first, then each row's q (head h reads K/V head h / (NH / KVH)) over its
- * slot's positions 0..pos into out [n, NH hd]. Positions at most kv->P (the shared memory holds a row's scores). */
+ * slot's positions 0..pos into out [n, NH hd], the positions a chunk at a time (the softmax's running maximum and sum
+ * carried between chunks). Heads of at most DT_GPU_DECODE_HEAD_MAX channels. */
+#define DT_GPU_DECODE_HEAD_MAX 512
 void dt_gpu_attention_cached(dt_gpu *g, float *out, const dt_gpu_kv *kv, const float *in, const int32_t *rows, int n, int l, int NH,
                              int win);
-/* The largest kv->P dt_gpu_attention_cached takes for heads of hd channels. */
-int dt_gpu_attention_cached_positions(int hd);
 /* out[i] = in[idx[i]] for m rows of C floats (idx on the device). */
 void dt_gpu_gather_rows(dt_gpu *g, float *out, const float *in, const int32_t *idx, int m, int C);
 

@@ -41,9 +41,9 @@ static dt_status check(const dt_program *p, const dt_program_view *v) {
             return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: attention (op %d) reads %d channels, not q, k and v of its heads", k,
                             o->width_in);
     }
-    if (c->max_seq_len > dt_gpu_attention_cached_positions(v->head_dim))
-        return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: a context of %d positions; the GPU decoder's attention holds %d", c->max_seq_len,
-                        dt_gpu_attention_cached_positions(v->head_dim));
+    if (v->head_dim > DT_GPU_DECODE_HEAD_MAX)
+        return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: heads of %d channels; the GPU decoder's attention takes %d at most", v->head_dim,
+                        DT_GPU_DECODE_HEAD_MAX);
     return DT_OK;
 }
 

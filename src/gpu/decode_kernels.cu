@@ -7,7 +7,6 @@
 
 #define THREADS 256
 #define ATT_THREADS 128
-#define SMEM_MAX (48 << 10) /* shared memory a block has without asking for more */
 
 static __global__ void embed_rows_k(float *out, const int32_t *rows, const float *wte, const float *wpe, int n, int C) {
     size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -78,53 +77,59 @@ static __device__ float block_all(float v, bool is_max, float *red) {
     return is_max ? warp_max(x) : warp_sum(x);
 }
 
-/* One block a (row, head): the scores over the slot's positions 0..pos (a warp a position, its lanes over the head's
- * channels), their softmax, then each channel's sum over positions in `parts` interleaved runs added in order. Shared
- * memory: the scores (P), the runs' partial sums, the reduction's 32. */
-static __global__ void attend_k(float *out, dt_gpu_kv kv, const float *in, const int32_t *rows, int l, int NH, int win, float scale) {
+#define CHUNK 2048 /* positions scored at a time by default: 8 KB of shared memory */
+#define ACC ((DT_GPU_DECODE_HEAD_MAX + ATT_THREADS - 1) / ATT_THREADS) /* a thread's sums, at most */
+
+/* One block a (row, head), over the slot's positions 0..pos a chunk at a time: the chunk's scores (a warp a position,
+ * its lanes over the head's channels), then the softmax's running maximum m and sum l brought up to the chunk (what
+ * was summed before scaled by exp(m_old - m)), and each channel's weighted sum of values in `parts` interleaved runs,
+ * kept by the thread that owns it; at the end the runs are added in order and divided by l. Shared memory: a chunk's
+ * scores, the runs' sums, the reduction's 32. */
+static __global__ void attend_k(float *out, dt_gpu_kv kv, const float *in, const int32_t *rows, int l, int NH, int win, float scale,
+                                int chunk) {
     extern __shared__ float sm[];
     int r = blockIdx.x / NH, h = blockIdx.x % NH, hd = kv.hd, group = NH / kv.KVH;
     int slot = rows[4 * r], npos = rows[4 * r + 1] + 1, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    int parts = hd <= (int)blockDim.x ? blockDim.x / hd : 1;
-    float *s = sm, *part = sm + kv.P, *red = part + parts * hd;
+    int parts = hd <= (int)blockDim.x ? blockDim.x / hd : 1, owned = parts * hd;
+    float *s = sm, *part = sm + chunk, *red = part + owned;
     size_t KV = (size_t)kv.KVH * hd;
     const float *q = in + (size_t)r * win + (size_t)h * hd, *K = kv_base(kv, slot, l, 0) + (size_t)(h / group) * hd;
     const float *V = kv_base(kv, slot, l, 1) + (size_t)(h / group) * hd;
-    for (int t = warp; t < npos; t += nw) {
-        float d = 0;
-        for (int j = lane; j < hd; j += 32) d += q[j] * K[t * KV + j];
-        d = warp_sum(d);
-        if (lane == 0) s[t] = d * scale;
+    float m = -INFINITY, lsum = 0, acc[ACC];
+    for (int a = 0; a < ACC; a++) acc[a] = 0;
+    for (int c0 = 0; c0 < npos; c0 += chunk) {
+        int cn = npos - c0 < chunk ? npos - c0 : chunk;
+        for (int t = warp; t < cn; t += nw) {
+            float d = 0;
+            for (int j = lane; j < hd; j += 32) d += q[j] * K[(size_t)(c0 + t) * KV + j];
+            d = warp_sum(d);
+            if (lane == 0) s[t] = d * scale;
+        }
+        __syncthreads();
+        float mx = -INFINITY;
+        for (int t = threadIdx.x; t < cn; t += blockDim.x) mx = fmaxf(mx, s[t]);
+        float mn = fmaxf(m, block_all(mx, true, red)), f = expf(m - mn); /* f 0 at the first chunk (m -inf) */
+        float sum = 0;
+        for (int t = threadIdx.x; t < cn; t += blockDim.x) sum += (s[t] = expf(s[t] - mn));
+        lsum = lsum * f + block_all(sum, false, red); /* its __syncthreads also orders the exponentials before they are read */
+        for (int a = 0; a < ACC; a++) {
+            int i = threadIdx.x + a * blockDim.x;
+            if (i >= owned) break;
+            float y = acc[a] * f;
+            for (int t = i / hd; t < cn; t += parts) y += s[t] * V[(size_t)(c0 + t) * KV + i % hd];
+            acc[a] = y;
+        }
+        m = mn;
+        __syncthreads(); /* the chunk's scores read by all before the next chunk writes them */
     }
-    __syncthreads();
-    float mx = -INFINITY;
-    for (int t = threadIdx.x; t < npos; t += blockDim.x) mx = fmaxf(mx, s[t]);
-    mx = block_all(mx, true, red);
-    float sum = 0;
-    for (int t = threadIdx.x; t < npos; t += blockDim.x) sum += (s[t] = expf(s[t] - mx));
-    sum = block_all(sum, false, red); /* its __syncthreads also orders the exponentials before they are read */
-    for (int i = threadIdx.x; i < parts * hd; i += blockDim.x) {
-        int j = i % hd;
-        float acc = 0;
-        for (int t = i / hd; t < npos; t += parts) acc += s[t] * V[t * KV + j];
-        part[i] = acc;
-    }
+    for (int a = 0; a < ACC; a++)
+        if (threadIdx.x + a * blockDim.x < owned) part[threadIdx.x + a * blockDim.x] = acc[a];
     __syncthreads();
     for (int j = threadIdx.x; j < hd; j += blockDim.x) {
         float y = 0;
         for (int p = 0; p < parts; p++) y += part[p * hd + j];
-        out[(size_t)r * NH * hd + (size_t)h * hd + j] = y / sum;
+        out[(size_t)r * NH * hd + (size_t)h * hd + j] = y / lsum;
     }
-}
-
-static size_t attend_smem(int P, int hd) {
-    int parts = hd <= ATT_THREADS ? ATT_THREADS / hd : 1;
-    return sizeof(float) * ((size_t)P + (size_t)parts * hd + 32);
-}
-
-int dt_gpu_attention_cached_positions(int hd) {
-    int parts = hd <= ATT_THREADS ? ATT_THREADS / hd : 1;
-    return SMEM_MAX / (int)sizeof(float) - parts * hd - 32;
 }
 
 void dt_gpu_attention_cached(dt_gpu *g, float *out, const dt_gpu_kv *kv, const float *in, const int32_t *rows, int n, int l, int NH,
@@ -132,8 +137,9 @@ void dt_gpu_attention_cached(dt_gpu *g, float *out, const dt_gpu_kv *kv, const f
     size_t cnt = (size_t)n * 2 * kv->KVH * kv->hd;
     cache_put_k<<<dt_gpu_blocks(cnt, THREADS), THREADS, 0, g->stream>>>(*kv, in, rows, n, l, NH * kv->hd, win);
     dt_gpu_check_launch(g, "decoder cache");
-    attend_k<<<(unsigned)n * NH, ATT_THREADS, attend_smem(kv->P, kv->hd), g->stream>>>(out, *kv, in, rows, l, NH, win,
-                                                                                      1.0f / sqrtf((float)kv->hd));
+    int chunk = kv->chunk > 0 ? kv->chunk : CHUNK, parts = kv->hd <= ATT_THREADS ? ATT_THREADS / kv->hd : 1;
+    size_t smem = sizeof(float) * ((size_t)chunk + (size_t)parts * kv->hd + 32);
+    attend_k<<<(unsigned)n * NH, ATT_THREADS, smem, g->stream>>>(out, *kv, in, rows, l, NH, win, 1.0f / sqrtf((float)kv->hd), chunk);
     dt_gpu_check_launch(g, "decoder attention");
 }
 

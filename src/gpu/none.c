@@ -122,7 +122,6 @@ void dt_gpu_rope_rows(dt_gpu *g, float *x, const float *f, const int32_t *r, int
 void dt_gpu_attention_cached(dt_gpu *g, float *o, const dt_gpu_kv *kv, const float *in, const int32_t *r, int n, int l, int NH, int win) {
     (void)g, (void)o, (void)kv, (void)in, (void)r, (void)n, (void)l, (void)NH, (void)win;
 }
-int dt_gpu_attention_cached_positions(int hd) { return (void)hd, 0; }
 void dt_gpu_gather_rows(dt_gpu *g, float *o, const float *in, const int32_t *idx, int m, int C) {
     (void)g, (void)o, (void)in, (void)idx, (void)m, (void)C;
 }
