@@ -15,9 +15,6 @@
 #define PROMPT 16
 #define NEW 128
 
-static dt_status run(void *ctx, const int32_t *rows, int n, float *logits) { return dt_gpu_decoder_run(ctx, rows, n, logits); }
-static void destroy(void *ctx) { dt_gpu_decoder_destroy(ctx); }
-
 static int argmax(const float *x, int n) {
     int b = 0;
     for (int i = 1; i < n; i++)
@@ -74,7 +71,7 @@ int main(int argc, char **argv) {
         float *logits = malloc(sizeof(float) * (size_t)B * V);
         int32_t *next = malloc(sizeof(int32_t) * (size_t)B);
         st = dt_gpu_decoder_create(g, dt_gpt2_program(m), B, R, &gd);
-        if (!st) st = dt_decoder_create_on(m, B, R, (dt_decoder_device){ gd, run, destroy }, &d);
+        if (!st) st = dt_decoder_create_on(m, B, R, dt_gpu_decoder_device(gd), &d);
         if (!st) st = generate(d, B, V, rows, logits, next); /* untimed: the first run */
         double t0 = dt_time_now();
         if (!st) st = generate(d, B, V, rows, logits, next);

@@ -16,9 +16,6 @@
 #define SLOTS 3
 #define ROWS 16
 
-static dt_status run(void *ctx, const int32_t *rows, int n, float *logits) { return dt_gpu_decoder_run(ctx, rows, n, logits); }
-static void destroy(void *ctx) { dt_gpu_decoder_destroy(ctx); }
-
 static int argmax(const float *x, int n) {
     int b = 0;
     for (int i = 1; i < n; i++)
@@ -70,7 +67,7 @@ int main(int argc, char **argv) {
     if (!st) st = dt_gpu_open(0, &g);
     if (!st) st = dt_decoder_create(m, DT_QUANT_NONE, SLOTS, ROWS, &cpu);
     if (!st) st = dt_gpu_decoder_create(g, dt_gpt2_program(m), SLOTS, ROWS, &gd);
-    if (!st) st = dt_decoder_create_on(m, SLOTS, ROWS, (dt_decoder_device){ gd, run, destroy }, &gpu);
+    if (!st) st = dt_decoder_create_on(m, SLOTS, ROWS, dt_gpu_decoder_device(gd), &gpu);
     if (st) {
         fprintf(stderr, "test_gpu_decode: %s\n", dt_last_error());
         return 1;

@@ -1,10 +1,13 @@
-/* dtrain: the model program on a GPU (src/gpu/lm.c): a host program's spec and parameters on the device, forward,
- * backward and AdamW there, in the host store's layout. One process, the whole model, f32 or the program's bf16
- * (autocast's), GPT-2's and the Llama family's ops; what it cannot run (a mixture of experts, a split model) is refused by name at create. */
+/* dtrain: the model program on a GPU: trained (src/gpu/lm.c: a host program's spec and parameters on the device,
+ * forward, backward and AdamW there, in the host store's layout), decoded (decode.c) and planned (plan.c); and the
+ * plugin's table that carries them to dtrain. One process, the whole model, f32 or the program's bf16 (autocast's),
+ * GPT-2's and the Llama family's ops; what it cannot run (a mixture of experts, a split model) is refused by name at
+ * create. */
 #ifndef DTRAIN_GPU_LM_H
 #define DTRAIN_GPU_LM_H
 
 #include "dtrain/gpu.h"
+#include "dtrain/infer.h"
 #include "dtrain/optim.h"
 #include "dtrain/program.h"
 
@@ -65,6 +68,8 @@ typedef struct dt_gpu_decoder dt_gpu_decoder;
 dt_status dt_gpu_decoder_create(dt_gpu *g, dt_program *p, int nslots, int max_rows, dt_gpu_decoder **out);
 void dt_gpu_decoder_destroy(dt_gpu_decoder *d);
 dt_status dt_gpu_decoder_run(dt_gpu_decoder *d, const int32_t *rows, int n, float *logits);
+/* d as a dt_decoder's device (dt_decoder_create_on), destroyed with that decoder. */
+dt_decoder_device dt_gpu_decoder_device(dt_gpu_decoder *d);
 
 /* The GPU plugin (libdtrain_gpu.so, built with the CUDA path): dtrain loads it when --device cuda asks for it, so that
  * a dtrain built with CUDA runs where there is none, and a machine without it is told so by name. Its one export,

@@ -219,3 +219,8 @@ dt_status dt_gpu_decoder_run(dt_gpu_decoder *d, const int32_t *rows, int n, floa
     for (int r = 0; !st && r < m; r++) memcpy(logits + (size_t)r * V, d->h_logits + (size_t)r * d->Vp, sizeof(float) * (size_t)V);
     return st;
 }
+
+static dt_status device_run(void *ctx, const int32_t *rows, int n, float *logits) { return dt_gpu_decoder_run(ctx, rows, n, logits); }
+static void device_destroy(void *ctx) { dt_gpu_decoder_destroy(ctx); }
+
+dt_decoder_device dt_gpu_decoder_device(dt_gpu_decoder *d) { return (dt_decoder_device){ d, device_run, device_destroy }; }

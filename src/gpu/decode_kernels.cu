@@ -56,16 +56,6 @@ static __global__ void cache_put_k(dt_gpu_kv kv, const float *in, const int32_t 
     kv_base(kv, rows[4 * r], l, part)[(size_t)rows[4 * r + 1] * KV + c % KV] = in[r * win + Q + c];
 }
 
-static __device__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-static __device__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
 /* The block's sum or max (every thread gets it); red: 32 floats of shared memory. */
 static __device__ float block_all(float v, bool is_max, float *red) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;

@@ -68,16 +68,6 @@ template <int HD> static __device__ __forceinline__ void load_tile(float *tile, 
     }
 }
 
-static __device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-static __device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 /* ---- forward: grid (query blocks, B * NH), the costliest (last) query blocks first ---- */
 
 template <int HD> __global__ void flash_forward_k(float *out, float *lse, const float *qkv, int T, int C, int NH, float scale) {

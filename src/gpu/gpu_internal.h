@@ -28,6 +28,17 @@ void dt_gpu_check_blas(dt_gpu *g, const char *what, cublasStatus_t s);
 /* dbias[OC] += the column sums of dout[BT, OC] (kernels.cu). */
 void dt_gpu_bias_backward(dt_gpu *g, float *dbias, const float *dout, int BT, int OC);
 
+/* A warp's sum and maximum of one value a lane, every lane given it. */
+static __device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
 /* Blocks for n items at `threads` a block. */
 static inline unsigned dt_gpu_blocks(size_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 

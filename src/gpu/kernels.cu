@@ -8,16 +8,6 @@
 #define THREADS 256
 #define ROWS_PER_BLOCK 64 /* rows summed by one block before its atomic add */
 
-static __device__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-static __device__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
 /* A block's sum (or max) of one value a thread, every thread given it. */
 static __device__ float block_reduce(float v, bool is_max) {
     __shared__ float part[32];

@@ -162,8 +162,7 @@ static dt_status lay_out(dt_gpu_lm *m) {
     return st;
 }
 
-/* The runner's fields for p at B x T, nothing on the device yet (flash: whether attention keeps log-sum-exps where
- * it may). */
+/* The runner's fields for p at B x T, nothing on the device yet. */
 static dt_status make(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **out) {
     *out = NULL;
     const dt_lm_config *c = dt_program_config(p);
@@ -215,8 +214,8 @@ static dt_status fit(dt_gpu_lm *m, dt_program *p) {
 dt_status dt_gpu_lm_count(dt_gpu *g, dt_program *p, int B, int T, size_t *need, size_t *state, int *flash) {
     dt_gpu_lm *m = NULL;
     dt_status st = make(g, p, B, T, &m);
-    if (!st && fit(m, p) == DT_ERR_NOMEM) st = DT_OK; /* the count stands either way (a pre-flight's refusal is its news) */
-    if (!st) count(m), *need = m->need, *state = m->state_need, *flash = m->lse;
+    if (!st && fit(m, p) == DT_ERR_NOMEM) st = DT_OK; /* fit counted; the count stands either way (a refusal is its news) */
+    if (!st) *need = m->need, *state = m->state_need, *flash = m->lse;
     dt_gpu_lm_destroy(m);
     return st;
 }

@@ -10,11 +10,6 @@
 #define WARMUPS 2
 #define REPEATS 5
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The job's model with L layers, seeded, in the job's precision and attention. */
 static dt_status small_model(const dt_lm_config *cfg, int L, dt_dtype prec, dt_attn_mode att, dt_program **out) {
     dt_lm_config c = *cfg;
@@ -46,10 +41,7 @@ static dt_status time_step(dt_gpu *g, dt_program *p, int B, int T, const dt_opti
         if (!st) st = dt_gpu_lm_step(m, opt, 1e-4f, 1.0f, 0, &norm, &skipped); /* it waits for the device */
         if (i >= WARMUPS) t[i - WARMUPS] = (dt_time_now() - t0) * 1e3;
     }
-    if (!st) {
-        qsort(t, REPEATS, sizeof *t, cmp_double);
-        *ms = t[REPEATS / 2];
-    }
+    if (!st) *ms = dt_median(t, REPEATS);
     dt_gpu_lm_destroy(m);
     free(tok);
     return st;
