@@ -9,7 +9,11 @@ CMAKE_FLAGS ?=
 all: $(BUILD)/Makefile
 	cmake --build $(BUILD) -j$(JOBS)
 
+# where nvcc is (the GPU path is built), cuDNN's frontend headers from PyPI first, so that its attention is compiled
+# too; without them (no PyPI here) the build goes on without that one path
 $(BUILD)/Makefile:
+	@if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then scripts/get-cudnn-frontend.sh || \
+	    echo "dtrain: no cuDNN frontend headers (PyPI not reached): building without --attention cudnn" >&2; fi
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
 
 deps:

@@ -7,11 +7,12 @@
 # The binaries come built (scripts/gpu-carry.sh packs DIR/gpu-bin.tar.xz; llm.c's train_gpt2cu beside it, if built).
 # PARTS (a comma list; all by default): open, kernels, lm, lmbf16, bench, benchbf16, train, trainbf16, ddp, trace, oom,
 # llmc, torch (bf16 compiled), torchf32, plan (the planner's step against the runs'), gdecode (dtrain's decoder on the GPU against the CPU's, generate --device cuda),
-# decode (dtrain's decoding speed and Hugging Face's generate, in the same call).
+# decode (dtrain's decoding speed and Hugging Face's generate, in the same call), cudnn (--attention cudnn: cuDNN's
+# fused attention against the CPU's bf16 run and its training step's speed beside the others').
 # usage: bench/gpu_check.sh [DIR] [PARTS]      (on the GPU machine, in the repository's root; the log goes to $OUT too)
 set -u
 dir=${1:-.gpu}
-parts=,${2:-open,kernels,lm,lmbf16,bench,benchbf16,train,trainbf16,ddp,trace,oom,plan,llmc,torch,torchf32,gdecode,decode},
+parts=,${2:-open,kernels,lm,lmbf16,bench,benchbf16,cudnn,train,trainbf16,ddp,trace,oom,plan,llmc,torch,torchf32,gdecode,decode},
 want() { [[ $parts == *,$1,* ]]; }
 out=${OUT:-/tmp/gpu_check_out}
 mkdir -p "$out"
@@ -33,7 +34,11 @@ root=/tmp/dtgpu
 mkdir -p $root
 tar -C $root -xJf "$dir/gpu-bin.tar.xz" || echo "no $dir/gpu-bin.tar.xz: run scripts/gpu-carry.sh first"
 cublas=$(dirname "$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=$root/lib:/usr/local/cuda/lib64:$cublas:${LD_LIBRARY_PATH:-}
+# cuDNN (--attention cudnn loads it) and the runtime its frontend loads beside it: PyTorch's wheels have both
+cudnn=$(dirname "$(find / -name 'libcudnn.so.9' -not -path '/proc/*' 2>/dev/null | head -1)")
+cudart=$(dirname "$(find / -name 'libcudart.so.13' -not -path '/proc/*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH=$root/lib:/usr/local/cuda/lib64:$cublas:$cudnn:$cudart:${LD_LIBRARY_PATH:-}
+echo "cuDNN from $cudnn, the CUDA runtime from $cudart"
 bin=$root/bin
 # random GPT-2 tokens in llm.c's token file (dtrain's too): a header of 256 int32 (magic 20240520, version 1, the
 # count), then uint16 tokens
@@ -86,6 +91,20 @@ if want benchbf16; then
   run "gpu_lm_bench bf16,flash" $bin/gpu_lm_bench 124M 16 1024 10 bf16,flash
   run "gpu_lm_bench bf16,tf32 B 32" $bin/gpu_lm_bench 124M 32 1024 10 bf16,tf32
   run "gpu_lm_bench bf16,tf32 B 64" $bin/gpu_lm_bench 124M 64 1024 5 bf16,tf32
+fi
+if want cudnn; then
+  part "--attention cudnn: cuDNN's fused attention (bf16) on the GPU against the CPU's bf16 (blockwise attention)"
+  bf=(tol=1e-3 bf16 gtol=5e-2 floor cudnn)
+  run "test_gpu_lm d6 bf16 T 256 cudnn" $bin/test_gpu_lm d6 2 256 20 "${bf[@]}"
+  run "test_gpu_lm 124M bf16 T 1024 cudnn" $bin/test_gpu_lm 124M 1 1024 5 "${bf[@]}"
+  run "test_gpu_lm llama-tiny bf16 T 256 cudnn" $bin/test_gpu_lm llama-tiny 2 256 20 "${bf[@]}"
+  part "dtrain's training step in bf16 with cuDNN's attention: 124M, T 1024, B 16, 32, 64"
+  run "gpu_lm_bench bf16,cudnn" $bin/gpu_lm_bench 124M 16 1024 10 bf16,cudnn
+  run "gpu_lm_bench bf16,cudnn B 32" $bin/gpu_lm_bench 124M 32 1024 10 bf16,cudnn
+  run "gpu_lm_bench bf16,cudnn B 64" $bin/gpu_lm_bench 124M 64 1024 5 bf16,cudnn
+  run "train 124M --device cuda bf16 --attention cudnn" $bin/dtrain train --model 124M --data /tmp/llmc_train.bin \
+    --val-data /tmp/llmc_val.bin --batch 16 --seq 1024 --steps 20 --lr 6e-4 --warmup 5 --eval-every 20 --eval-batches 1 \
+    --device cuda --precision bf16 --attention cudnn
 fi
 if want train; then
   part "dtrain train --device cuda against dtrain train on the CPU: d6, B 4, T 64, 20 steps"

@@ -6,7 +6,7 @@
  * head, forward and backward) and attention (forward and backward): the rest is the element-wise kernels.
  * MODE, a comma list: tf32 (the f32 matmuls on the tensor cores in TF32, the ceilings too), bf16 (autocast's mixed
  * precision: the Linears in bf16; attention's products f32, or TF32 with tf32), flash (attention without the T x T probabilities,
- * flash.cu, in bf16 or TF32; else they are kept). Default f32.
+ * flash.cu, in bf16 or TF32; else they are kept), cudnn (with bf16: cuDNN's fused attention). Default f32.
  * usage: gpu_lm_bench PRESET B T STEPS [MODE] */
 #include "dtrain/base.h"
 #include "dtrain/gpu_lm.h"
@@ -35,7 +35,7 @@ static double timed(dt_gpu *g, void (*fn)(dt_gpu *, void *), void *ctx) {
 
 typedef struct {
     const dt_program_view *v;
-    int L, BT, B, T, C, Vp, lp, lse;
+    int L, BT, B, T, C, Vp, lp, lse, cudnn;
     float *x, *y, *dx, *dy, *w, *dw, *work, *att;
     uint16_t *w16, *work16;
 } parts;
@@ -62,7 +62,10 @@ static void attention(dt_gpu *g, void *ctx) {
     parts *q = ctx;
     int Q = q->v->heads * q->v->head_dim;
     for (int l = 0; l < q->L; l++)
-        if (q->lse) {
+        if (q->cudnn) {
+            dt_gpu_attention_forward_cudnn(g, q->y, q->att, q->x, q->B, q->T, Q, q->v->heads, q->work16);
+            dt_gpu_attention_backward_cudnn(g, q->dx, q->dy, q->y, q->x, q->att, q->B, q->T, Q, q->v->heads, q->work16);
+        } else if (q->lse) {
             dt_gpu_attention_forward_lse(g, q->y, q->att, q->x, q->B, q->T, Q, q->v->heads);
             dt_gpu_attention_backward_lse(g, q->dx, q->work, q->dy, q->y, q->x, q->att, q->B, q->T, Q, q->v->heads);
         } else {
@@ -72,11 +75,11 @@ static void attention(dt_gpu *g, void *ctx) {
 }
 
 /* The Linears' and attention's milliseconds a step, each alone at the step's shapes (buffers of the largest). */
-static dt_status time_parts(dt_gpu *g, dt_program *p, int B, int T, int lp, int lse, double *lin, double *att) {
+static dt_status time_parts(dt_gpu *g, dt_program *p, int B, int T, int lp, int lse, int cudnn, double *lin, double *att) {
     dt_program_view v;
     dt_program_get_view(p, &v);
     const dt_lm_config *c = dt_program_config(p);
-    parts q = { .v = &v, .L = c->num_layers, .BT = B * T, .B = B, .T = T, .C = c->channels, .Vp = v.embed->shape[0], .lp = lp, .lse = lse };
+    parts q = { .v = &v, .L = c->num_layers, .BT = B * T, .B = B, .T = T, .C = c->channels, .Vp = v.embed->shape[0], .lp = lp, .lse = lse, .cudnn = cudnn };
     size_t BT = (size_t)B * T, wide = 3 * (size_t)v.heads * v.head_dim, wmax = (size_t)q.Vp * q.C;
     for (int k = 0; k < v.nops; k++) {
         size_t io = (size_t)(v.ops[k].width_in > v.ops[k].width_out ? v.ops[k].width_in : v.ops[k].width_out);
@@ -89,7 +92,8 @@ static dt_status time_parts(dt_gpu *g, dt_program *p, int B, int T, int lp, int 
     dt_status st = DT_OK;
     for (int i = 0; i < 8 && !st; i++) st = dt_gpu_alloc(g, nf[i] * sizeof(float), (void **)f[i]);
     if (!st) st = dt_gpu_alloc(g, wmax * 2, (void **)&q.w16);
-    if (!st) st = dt_gpu_alloc(g, BT * 2 * wide * 2, (void **)&q.work16);
+    size_t w16 = 2 * wide > 8 * (size_t)v.heads * v.head_dim ? 2 * wide : 8 * (size_t)v.heads * v.head_dim; /* cuDNN's backward: 8 C */
+    if (!st) st = dt_gpu_alloc(g, BT * w16 * 2, (void **)&q.work16);
     for (int i = 0; i < 8 && !st; i++) dt_gpu_zero(g, *f[i], nf[i] * sizeof(float));
     if (!st) dt_gpu_zero(g, q.w16, wmax * 2);
     if (!st) *lin = timed(g, linears, &q), *att = timed(g, attention, &q), st = dt_gpu_sync(g);
@@ -132,7 +136,9 @@ int main(int argc, char **argv) {
     if (!st) st = dt_program_create(&cfg, &p);
     if (!st) dt_program_init_random(p, 1);
     if (!st && lp) st = dt_program_set_precision(p, DT_BF16);
+    bool cudnn = strstr(mode, "cudnn") != NULL;
     if (!st && strstr(mode, "flash")) dt_program_set_attention(p, DT_ATTN_BLOCKWISE);
+    if (!st && cudnn) dt_program_set_attention(p, DT_ATTN_CUDNN);
     if (!st) st = dt_gpu_lm_create(g, p, B, T, &m);
     if (st) {
         fprintf(stderr, "gpu_lm_bench: %s\n", dt_last_error());
@@ -165,13 +171,13 @@ int main(int argc, char **argv) {
            "one; loss %.4f; %.1f GiB of the GPU in use\n",
            argv[1], mode, B, T, sec * 1e3, tps, flops, 100 * flops / f32, tf32 ? "tf32" : "f32", 100 * flops / bf16, loss, (tot - fr) / 1073741824.0);
     double lin = 0, att = 0;
-    if (!st) st = time_parts(g, p, B, T, lp, dt_gpu_lm_flash(m), &lin, &att);
+    if (!st) st = time_parts(g, p, B, T, lp, dt_gpu_lm_flash(m), cudnn, &lin, &att);
     if (st) fprintf(stderr, "gpu_lm_bench: the parts: %s\n", dt_last_error());
     else
         printf("%s %s: a step %.1f ms = forward %.1f + backward %.1f + update %.1f; alone at its shapes: the Linears %.1f ms (%s), "
                "attention %.1f ms (%s), the rest (norms, activations, adds, embedding, loss, update, copies) %.1f ms\n",
                argv[1], mode, sec * 1e3, part[0] / steps * 1e3, part[1] / steps * 1e3, part[2] / steps * 1e3, lin, lp ? "bf16" : tf32 ? "tf32" : "f32",
-               att, dt_gpu_lm_flash(m) ? "flash, TF32" : tf32 ? "T x T, TF32" : "T x T, f32", sec * 1e3 - lin - att);
+               att, cudnn ? "cuDNN's, bf16" : dt_gpu_lm_flash(m) ? "flash, TF32" : tf32 ? "T x T, TF32" : "T x T, f32", sec * 1e3 - lin - att);
     dt_gpu_lm_destroy(m);
     dt_program_destroy(p);
     dt_gpu_close(g);

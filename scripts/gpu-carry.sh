@@ -7,6 +7,9 @@
 set -euo pipefail
 build=${1:-build}
 dir=${2:-.gpu}
+# cuDNN's attention needs its frontend's headers at configure time (libcudnn itself is the GPU machine's)
+"$(dirname "$0")/get-cudnn-frontend.sh"
+cmake -S "$(dirname "$0")/.." -B "$build" > /dev/null
 cmake --build "$build" -j"$(nproc)" --target test_gpu_open test_gpu_kernels test_gpu_lm test_gpu_decode gpu_lm_bench gpu_decode_bench \
   dtrain_cli dtrain_gpu_plugin
 stage=$(mktemp -d)

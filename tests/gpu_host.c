@@ -34,6 +34,21 @@ void dt_gpu_attention_backward_lse(dt_gpu *g, float *dq, float *s, const float *
                                    int T, int C, int NH) {
     (void)g, (void)s, dt_attention_backward_lse(dq, d, o, q, l, B, T, C, NH);
 }
+/* cuDNN's attention as its arithmetic rounds: the CPU's, its output and each d(q|k|v) rounded to bf16 */
+int dt_gpu_cudnn_supported(int head_dim) { return head_dim % 8 == 0 && head_dim <= 128; }
+void dt_gpu_attention_forward_cudnn(dt_gpu *g, float *o, float *s, const float *q, int B, int T, int C, int NH, uint16_t *w) {
+    (void)g, (void)w, dt_attention_forward_lse(o, s, q, B, T, C, NH);
+    dt_lp_round(o, (size_t)B * T * C, DT_BF16);
+}
+void dt_gpu_attention_backward_cudnn(dt_gpu *g, float *dq, const float *d, const float *o, const float *q, const float *s, int B, int T,
+                                     int C, int NH, uint16_t *w) {
+    size_t n = (size_t)B * T * 3 * C;
+    float *mine = calloc(n, sizeof *mine);
+    if (!mine) abort(); /* a test's few kilobytes */
+    (void)g, (void)w, dt_attention_backward_lse(mine, d, o, q, s, B, T, C, NH);
+    dt_lp_round_add(dq, mine, n, DT_BF16);
+    free(mine);
+}
 const char *dt_gpu_name(const dt_gpu *g) { return (void)g, "the host (CPU kernels in the GPU's place)"; }
 void dt_gpu_props(const dt_gpu *g, int *sms, size_t *memory, int *capability) {
     (void)g;
@@ -163,6 +178,10 @@ void dt_gpu_round_bf16(dt_gpu *g, float *d, const float *s, size_t n) {
     (void)g, dt_lp_round(d, n, DT_BF16);
 }
 void dt_gpu_pack_bf16(dt_gpu *g, uint16_t *d, const float *s, size_t n) { (void)g, dt_lp_pack(d, s, n, DT_BF16); }
+void dt_gpu_widen_bf16(dt_gpu *g, float *d, const uint16_t *s, size_t n, int add) {
+    (void)g;
+    for (size_t i = 0; i < n; i++) d[i] = (add ? d[i] : 0.0f) + dt_bf16_to_f32(s[i]);
+}
 /* the CPU's 16-bit Linear, its work (whose size only sets how many weight rows it widens at once) of its own */
 #define HOST_LP_WORK ((size_t)1 << 22)
 void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *o, const float *i, const uint16_t *w, const uint16_t *b, int BT, int C, int OC,

@@ -118,6 +118,20 @@ DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${fl[@]}" --device cuda --metrics "$dir
     ok "--attention blockwise --precision bf16 --device cuda: flash attention on host kernels = the CPU's blockwise, 3 losses" ||
     fail "flash on the device: $(losses "$dir/fc.jsonl" | tr '\n' ' ') vs $(losses "$dir/fg.jsonl" | tr '\n' ' '); $(grep attention "$dir/out")"
 
+# --attention cudnn: cuDNN's fused attention (on host kernels its arithmetic's stand-in: the CPU's blockwise attention,
+# each d(q|k|v) rounded to bf16, which GPT-2's q|k|v Linear rounds anyway), the same 3 losses as the CPU's blockwise;
+# without --device cuda or in f32, refused by name
+DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${fl[@]}" --attention cudnn --device cuda --metrics "$dir/fn.jsonl" > "$dir/out" 2>&1 ||
+    fail "cudnn --device cuda: $(tail -2 "$dir/out")"
+[ "$(losses "$dir/fc.jsonl")" = "$(losses "$dir/fn.jsonl")" ] && grep -q "attention on the GPU: cuDNN's fused attention" "$dir/out" &&
+    ok "--attention cudnn --precision bf16 --device cuda: its path on host kernels = the CPU's blockwise, 3 losses" ||
+    fail "cudnn on the device: $(losses "$dir/fc.jsonl" | tr '\n' ' ') vs $(losses "$dir/fn.jsonl" | tr '\n' ' '); $(grep attention "$dir/out")"
+for bad in "--attention cudnn" "--attention cudnn --device cuda --precision fp32"; do
+    DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${fl[@]}" $bad > "$dir/out" 2>&1
+    [ $? = 2 ] && grep -q -- "--attention cudnn is cuDNN's fused attention on the GPU, in 16 bits: it needs --device cuda and --precision bf16" "$dir/out" &&
+        ok "train ... $bad: refused by name" || fail "$bad: $(tail -2 "$dir/out")"
+done
+
 # in f32 without --tf32 there is no flash attention: said, the run goes on with the probabilities
 DTRAIN_GPU_PLUGIN=$HOST "$DTRAIN" train "${fl[@]}" --precision fp32 --device cuda > "$dir/out" 2>&1 &&
     grep -q "attention on the GPU: T x T probabilities kept, products in f32 (--attention blockwise takes flash attention in a bf16 or --tf32 run" "$dir/out" &&

@@ -63,6 +63,11 @@ static void matmul_bf16(dt_gpu *g) {
     uint16_t *back = malloc(nx * 2);
     bool same = !dt_gpu_sync(g) && !dt_gpu_download(g, back, gx16, nx * 2) && !memcmp(back, x16, nx * 2);
     check("pack to bf16: dt_lp_pack's bits", same, same ? "equal" : "differ");
+    dt_gpu_widen_bf16(g, gr2, gx16, nx, 0); /* x is bf16 values already: widened back, the same floats */
+    report_err("widen from bf16", device_err(g, gr2, x, nx), 0);
+    dt_gpu_widen_bf16(g, gr2, gx16, nx, 1);
+    for (size_t i = 0; i < nx; i++) r[i] = 2 * x[i];
+    report_err("widen from bf16, added to", device_err(g, gr2, r, nx), 0);
     size_t wf = (size_t)1 << 22;
     float *cwork = malloc(wf * 4);
     dt_matmul_forward_lp(y, x, w16, b16, BT, C, OC, DT_BF16, cwork, wf, 0);
@@ -188,11 +193,21 @@ static void attention(dt_gpu *g) {
     for (int i = 0; i < 5; i++) free(host[i]);
 }
 
-/* The log-sum-exp attention (flash.cu) against the CPU's, heads of 64, 128 and 32 channels, T a whole number of its
- * 64-row tiles and not, on bf16 values (as the model gives them: q . k is exact in TF32); the probabilities and dS
- * rounded to TF32 for their products (2^-11 an element), so 1e-3 of the tensors' norms. */
-static void attention_lse(dt_gpu *g) {
+/* The log-sum-exp attention against the CPU's, heads of 64, 128 and 32 channels, T a whole number of flash.cu's
+ * 64-row tiles and not, on bf16 values (as the model gives them: q . k is exact in TF32). flash.cu: the probabilities
+ * and dS rounded to TF32 for their products (2^-11 an element), so 1e-3 of the tensors' norms; backward from the CPU's
+ * output and lse (as the model: its own forward's), so that it alone is checked. cuDNN's fused attention (--attention
+ * cudnn): its probabilities and dS rounded to bf16 for their products (2^-9), its output and each d(q|k|v) rounded to
+ * bf16, so 1e-2; its statistics, each row's log-sum-exp in f32, held to 1e-4; backward from its own forward (its
+ * statistics are its own) against the CPU's from the CPU's output rounded to bf16 (the model's is a bf16 value). */
+static void attention_lse(dt_gpu *g, bool cudnn) {
     static const int shapes[][2] = { { 256, 6 }, { 200, 6 }, { 200, 3 }, { 136, 12 } }; /* T, heads (of C 384) */
+    const char *name = cudnn ? "cuDNN attention" : "flash attention";
+    double tol = cudnn ? 1e-2 : 1e-3, lse_tol = cudnn ? 1e-4 : 1e-5;
+    if (cudnn && !dt_gpu_cudnn_supported(64)) {
+        check("cuDNN attention: built (scripts/get-cudnn-frontend.sh before scripts/gpu-carry.sh)", false, "this build has none");
+        return;
+    }
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         int t = shapes[s][0], nh = shapes[s][1];
         size_t rows = (size_t)B * t, nq = rows * 3 * C, no = rows * C, nl = (size_t)B * nh * t;
@@ -201,22 +216,26 @@ static void attention_lse(dt_gpu *g) {
         dt_lp_round(qkv, nq, DT_BF16);
         dt_lp_round(dy, no, DT_BF16);
         float *gq = to_device(g, qkv, nq * 4), *gdy = to_device(g, dy, no * 4), *gdq = to_device(g, dqkv, nq * 4), *gy, *gl, *gs;
+        uint16_t *w16;
         dt_gpu_alloc(g, no * 4, (void **)&gy), dt_gpu_alloc(g, nl * 4, (void **)&gl), dt_gpu_alloc(g, nl * 4, (void **)&gs);
+        dt_gpu_alloc(g, rows * 8 * C * 2, (void **)&w16);
         dt_attention_forward_lse(y, lse, qkv, B, t, C, nh);
-        dt_gpu_attention_forward_lse(g, gy, gl, gq, B, t, C, nh);
+        if (cudnn) dt_gpu_attention_forward_cudnn(g, gy, gl, gq, B, t, C, nh, w16);
+        else dt_gpu_attention_forward_lse(g, gy, gl, gq, B, t, C, nh);
         char what[96];
-        snprintf(what, sizeof what, "flash attention forward (T %d, heads of %d): output", t, C / nh);
-        report_err(what, device_err(g, gy, y, no), 1e-3);
-        snprintf(what, sizeof what, "flash attention forward (T %d, heads of %d): log-sum-exp", t, C / nh);
-        report_err(what, device_err(g, gl, lse, nl), 1e-5);
-        /* backward from the CPU's output and lse (as the model: its own forward's), so that it alone is checked */
-        dt_gpu_upload(g, gy, y, no * 4), dt_gpu_upload(g, gl, lse, nl * 4);
+        snprintf(what, sizeof what, "%s forward (T %d, heads of %d): output", name, t, C / nh);
+        report_err(what, device_err(g, gy, y, no), tol);
+        snprintf(what, sizeof what, "%s forward (T %d, heads of %d): log-sum-exp", name, t, C / nh);
+        report_err(what, device_err(g, gl, lse, nl), lse_tol);
+        if (cudnn) dt_lp_round(y, no, DT_BF16);
+        else dt_gpu_upload(g, gy, y, no * 4), dt_gpu_upload(g, gl, lse, nl * 4);
         dt_attention_backward_lse(dqkv, dy, y, qkv, lse, B, t, C, nh);
-        dt_gpu_attention_backward_lse(g, gdq, gs, gdy, gy, gq, gl, B, t, C, nh);
-        snprintf(what, sizeof what, "flash attention backward (T %d, heads of %d): d(q|k|v), added to", t, C / nh);
-        report_err(what, device_err(g, gdq, dqkv, nq), 1e-3);
-        void *dev[] = { gq, gdy, gdq, gy, gl, gs }, *host[] = { qkv, dy, y, lse, dqkv };
-        for (int i = 0; i < 6; i++) dt_gpu_free(g, dev[i]);
+        if (cudnn) dt_gpu_attention_backward_cudnn(g, gdq, gdy, gy, gq, gl, B, t, C, nh, w16);
+        else dt_gpu_attention_backward_lse(g, gdq, gs, gdy, gy, gq, gl, B, t, C, nh);
+        snprintf(what, sizeof what, "%s backward (T %d, heads of %d): d(q|k|v), added to", name, t, C / nh);
+        report_err(what, device_err(g, gdq, dqkv, nq), tol);
+        void *dev[] = { gq, gdy, gdq, gy, gl, gs, w16 }, *host[] = { qkv, dy, y, lse, dqkv };
+        for (int i = 0; i < 7; i++) dt_gpu_free(g, dev[i]);
         for (int i = 0; i < 5; i++) free(host[i]);
     }
 }
@@ -353,7 +372,8 @@ int main(void) {
     rmsnorm_swiglu(g);
     rotary_and_packing(g);
     attention(g);
-    attention_lse(g);
+    attention_lse(g, false);
+    attention_lse(g, true);
     decoding(g);
     embedding_crossentropy(g);
     adamw(g);

@@ -11,8 +11,9 @@
  * With floor, a second CPU run from weights one f32 step apart (each nudged up by its last bit: the size of what a
  * sum in another order changes) says how far the arithmetic alone carries two runs apart in these steps: the spread
  * any two implementations of it share.
- * With flash, attention keeps each row's log-sum-exp on both (the CPU's blockwise kernels, the GPU's flash.cu).
- * usage: test_gpu_lm PRESET[:VOCAB] B T STEPS [tol=X] [bf16] [gtol=X] [lr=X] [floor] [flash] */
+ * With flash, attention keeps each row's log-sum-exp on both (the CPU's blockwise kernels, the GPU's flash.cu); with
+ * cudnn, the GPU's is cuDNN's fused attention (bf16 only) against the CPU's blockwise kernels.
+ * usage: test_gpu_lm PRESET[:VOCAB] B T STEPS [tol=X] [bf16] [gtol=X] [lr=X] [floor] [flash|cudnn] */
 #include "gpu_check.h"
 
 #include "dtrain/gpu_lm.h"
@@ -30,13 +31,13 @@ static void batch(int32_t *x, int32_t *y, int n, int V, int step) {
 
 int main(int argc, char **argv) {
     if (argc < 5) {
-        fprintf(stderr, "usage: test_gpu_lm PRESET[:VOCAB] B T STEPS [tol=X] [bf16] [gtol=X] [lr=X] [floor] [flash]\n");
+        fprintf(stderr, "usage: test_gpu_lm PRESET[:VOCAB] B T STEPS [tol=X] [bf16] [gtol=X] [lr=X] [floor] [flash|cudnn]\n");
         return 2;
     }
     int B = atoi(argv[2]), T = atoi(argv[3]), steps = atoi(argv[4]);
     double tol = 1e-5, gtol = 1e-4;
     float lr = 1e-3f;
-    bool bf16 = false, floor_run = false, flash = false;
+    bool bf16 = false, floor_run = false, flash = false, cudnn = false;
     for (int i = 5; i < argc; i++) {
         if (!strncmp(argv[i], "tol=", 4)) tol = atof(argv[i] + 4);
         else if (!strncmp(argv[i], "gtol=", 5)) gtol = atof(argv[i] + 5);
@@ -44,8 +45,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "bf16")) bf16 = true;
         else if (!strcmp(argv[i], "floor")) floor_run = true;
         else if (!strcmp(argv[i], "flash")) flash = true;
+        else if (!strcmp(argv[i], "cudnn")) cudnn = true;
         else {
-            fprintf(stderr, "test_gpu_lm: %s: expected tol=X, bf16, gtol=X, lr=X, floor or flash\n", argv[i]);
+            fprintf(stderr, "test_gpu_lm: %s: expected tol=X, bf16, gtol=X, lr=X, floor, flash or cudnn\n", argv[i]);
             return 2;
         }
     }
@@ -66,7 +68,9 @@ int main(int argc, char **argv) {
     if (!st) st = dt_program_create(&cfg, &p);
     if (!st) dt_program_init_random(p, 1337);
     if (!st && bf16) st = dt_program_set_precision(p, DT_BF16);
-    if (!st) dt_program_set_attention(p, flash ? DT_ATTN_BLOCKWISE : DT_ATTN_FULL);
+    /* cudnn: the program's CPU side runs it as blockwise (dt_program_attention_lse), its GPU side through cuDNN */
+    dt_attn_mode att = cudnn ? DT_ATTN_CUDNN : flash ? DT_ATTN_BLOCKWISE : DT_ATTN_FULL;
+    if (!st) dt_program_set_attention(p, att);
     if (!st) st = dt_program_reserve(p, B, T);
     if (!st && floor_run) st = dt_program_create(&cfg, &p2);
     if (!st && p2) {
@@ -75,7 +79,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < dt_program_num_params(p2); i++) w2[i] = nextafterf(w2[i], INFINITY);
     }
     if (!st && p2 && bf16) st = dt_program_set_precision(p2, DT_BF16);
-    if (!st && p2) dt_program_set_attention(p2, flash ? DT_ATTN_BLOCKWISE : DT_ATTN_FULL);
+    if (!st && p2) dt_program_set_attention(p2, att);
     if (!st && p2) st = dt_program_reserve(p2, B, T);
     if (!st) st = dt_gpu_open(0, &g);
     if (!st) st = dt_gpu_lm_create(g, p, B, T, &m);
@@ -86,8 +90,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "test_gpu_lm: %s\n", dt_last_error());
         return 1;
     }
-    printf("%s on %s: %zu parameters, B %d x T %d, %d steps of AdamW (lr %g, weight decay 0.1, clipped at 1), %s\n", argv[1], dt_gpu_name(g),
-           n, B, T, steps, lr, bf16 ? "bf16" : "f32");
+    printf("%s on %s: %zu parameters, B %d x T %d, %d steps of AdamW (lr %g, weight decay 0.1, clipped at 1), %s%s\n", argv[1],
+           dt_gpu_name(g), n, B, T, steps, lr, bf16 ? "bf16" : "f32", cudnn ? ", cuDNN's attention" : flash ? ", flash attention" : "");
     int32_t *x = malloc((size_t)B * T * 4), *y = malloc((size_t)B * T * 4);
     float *gpu_grads = malloc(n * 4), *gpu_params = malloc(n * 4);
     double worst = 0, norm_worst = 0, spread = 0, norm_spread = 0, n2 = 0;

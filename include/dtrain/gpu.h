@@ -98,6 +98,17 @@ int dt_gpu_flash_supported(int head_dim);
 void dt_gpu_attention_forward_lse(dt_gpu *g, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
 void dt_gpu_attention_backward_lse(dt_gpu *g, float *dqkv, float *scratch, const float *dout, const float *out, const float *qkv,
                                    const float *lse, int B, int T, int C, int NH);
+/* The same attention through cuDNN's fused kernel (its graph API's SDPA, src/gpu/attention_cudnn.cpp), for bf16 runs:
+ * q, k and v (bf16 values) packed to 16 bits in work16, the probabilities' products in bf16 with f32 sums (P rounded
+ * to bf16 for P V, as PyTorch's bf16 attention does), out rounded to bf16; stats[B, NH, T] kept for backward (cuDNN's
+ * own log-sum-exps), which adds d(q|k|v), each rounded to bf16, into dqkv. work16: B T x 8 C bf16 (B T x 4 C in
+ * forward). cuDNN (libcudnn.so.9) is loaded at the first call, from the library path; a build without cuDNN's
+ * frontend headers (scripts/get-cudnn-frontend.sh), or a machine without cuDNN, fails the call by name.
+ * dt_gpu_cudnn_supported: whether this build has the path, for a head of head_dim channels. */
+int dt_gpu_cudnn_supported(int head_dim);
+void dt_gpu_attention_forward_cudnn(dt_gpu *g, float *out, float *stats, const float *qkv, int B, int T, int C, int NH, uint16_t *work16);
+void dt_gpu_attention_backward_cudnn(dt_gpu *g, float *dqkv, const float *dout, const float *out, const float *qkv, const float *stats,
+                                     int B, int T, int C, int NH, uint16_t *work16);
 /* dt_crossentropy_fused's: losses[BT] (0 where a target is below 0), and the logits overwritten by d(loss)/d(logits)
  * times dscale (0 in the padded columns and the unscored rows). The mean is the caller's (it reads the losses). */
 void dt_gpu_crossentropy_fused(dt_gpu *g, float *logits, float *losses, const int32_t *targets, int BT, int V, int Vp, float dscale);
@@ -113,6 +124,8 @@ void dt_gpu_scale(dt_gpu *g, float *x, size_t n, float f);
  * (dst == src: in place; to nearest even, dt_f32_to_bf16's bits); src's bf16 bits into dst. */
 void dt_gpu_round_bf16(dt_gpu *g, float *dst, const float *src, size_t n);
 void dt_gpu_pack_bf16(dt_gpu *g, uint16_t *dst, const float *src, size_t n);
+/* dst = src's bf16 values widened to f32 (add: dst += them). */
+void dt_gpu_widen_bf16(dt_gpu *g, float *dst, const uint16_t *src, size_t n, int add);
 /* dt_matmul_forward_lp's and dt_matmul_backward_lp's bf16 Linear on the tensor cores: w and bias bf16 (the
  * parameters' 16-bit copy), products bf16 with f32 sums; forward's out (bias added) rounded to bf16; backward rounds
  * dout in place first (autocast's linear receives it so), dinp += dout w then rounded whole, and dw and dbias each add

@@ -38,7 +38,8 @@ dt_status dt_gpu_lm_state(dt_gpu_lm *m, float *params, float *m1, float *m2, lon
 /* The gradients to the host (to_host 1) or from it (data parallelism's staging through host memory). */
 dt_status dt_gpu_lm_grads(dt_gpu_lm *m, float *host, int to_host);
 /* Whether attention keeps each row's log-sum-exp (flash.cu: asked by DT_ATTN_BLOCKWISE, or by DT_ATTN_AUTO where the
- * T x T probabilities do not fit; in bf16 or TF32, heads of dt_gpu_flash_supported's sizes), not T x T probabilities. */
+ * T x T probabilities do not fit; in bf16 or TF32, heads of dt_gpu_flash_supported's sizes; or cuDNN's, asked by
+ * DT_ATTN_CUDNN), not T x T probabilities. */
 int dt_gpu_lm_flash(const dt_gpu_lm *m);
 /* Forward and backward for dt_program_set_device (the batch B x T the model was made for). */
 void dt_gpu_lm_device(dt_gpu_lm *m, dt_program_device *out);

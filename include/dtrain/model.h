@@ -492,8 +492,9 @@ void dt_gpt2_set_unit_hooks(dt_gpt2 *m, dt_unit_hook before_forward, dt_unit_hoo
 dt_status dt_gpt2_set_recompute(dt_gpt2 *m, int on);
 /* Attention memory: DT_ATTN_AUTO keeps the T x T softmax rows for short
  * sequences and goes blockwise (only a log-sum-exp per row) from T >= 256;
- * the other two force one form. */
-typedef enum { DT_ATTN_AUTO = 0, DT_ATTN_FULL, DT_ATTN_BLOCKWISE } dt_attn_mode;
+ * the other two force one form. DT_ATTN_CUDNN is the GPU's (cuDNN's fused attention, bf16; --device cuda only): it
+ * keeps each row's log-sum-exp, as blockwise does, wherever a program's memory is counted. */
+typedef enum { DT_ATTN_AUTO = 0, DT_ATTN_FULL, DT_ATTN_BLOCKWISE, DT_ATTN_CUDNN } dt_attn_mode;
 void dt_gpt2_set_attention(dt_gpt2 *m, dt_attn_mode mode);
 /* Backward calls hook(unit, ctx) as each unit's gradients are final: unit
  * L+1 (the LM head and final LayerNorm: lnfw, lnfb, and wte's head part),

@@ -211,7 +211,8 @@ static void usage(FILE *f) {
             "                     --save DIR holds one); with eval, evaluate the model with them\n"
             "  --recompute        activation checkpointing: recompute each block in backward (less memory)\n"
             "  --attention MODE   auto (default: blockwise from T >= 256; with --device cuda, T x T rows while they fit),\n"
-            "                     full (keep T x T rows), blockwise (with --device cuda: flash attention, in bf16 or TF32)\n"
+            "                     full (keep T x T rows), blockwise (with --device cuda: flash attention, in bf16 or TF32),\n"
+            "                     cudnn (--device cuda, --precision bf16: cuDNN's fused attention, loaded from the library path)\n"
             "  --device D         cpu (default), or cuda or cuda:N: the model, its gradients and AdamW on NVIDIA GPU N\n"
             "                     (0), a GPT-2 or Llama family model, f32 or bf16; with --nproc, data parallelism\n"
             "                     (each rank on GPU N, or with plain cuda on its local rank's GPU modulo the GPUs there;\n"
@@ -400,8 +401,8 @@ static int run_flag(const char *f, const char *v, dt_train_config *c) {
     else if (!strcmp(f, "--precision")) ok = !dt_precision_parse(v, &c->precision);
     else if (!strcmp(f, "--device")) ok = dt_cli_device(v, &c->cuda, &c->cuda_named);
     else if (!strcmp(f, "--attention")) {
-        ok = !strcmp(v, "auto") || !strcmp(v, "full") || !strcmp(v, "blockwise");
-        c->attention = !strcmp(v, "full") ? 1 : !strcmp(v, "blockwise") ? 2 : 0;
+        ok = !strcmp(v, "auto") || !strcmp(v, "full") || !strcmp(v, "blockwise") || !strcmp(v, "cudnn");
+        c->attention = !strcmp(v, "full") ? DT_ATTN_FULL : !strcmp(v, "blockwise") ? DT_ATTN_BLOCKWISE : !strcmp(v, "cudnn") ? DT_ATTN_CUDNN : DT_ATTN_AUTO;
     } else if (!strcmp(f, "--schedule")) {
         ok = !strcmp(v, "constant") || !strcmp(v, "cosine");
         c->sched.kind = !strcmp(v, "cosine") ? DT_SCHED_COSINE : DT_SCHED_CONSTANT;
@@ -487,6 +488,11 @@ static int number_flag(const char *f, const char *v, dt_train_config *c, train_o
 static int settle(const char *cmd, dt_train_config *c, const train_opts *o) {
     if (c->tf32 && !c->cuda) {
         dt_log(DT_LOG_ERROR, "%s: --tf32 is for the GPU's matmuls: it needs --device cuda", cmd);
+        return 2;
+    }
+    if (c->attention == DT_ATTN_CUDNN && (!c->cuda || c->precision != DT_BF16)) {
+        dt_log(DT_LOG_ERROR, "%s: --attention cudnn is cuDNN's fused attention on the GPU, in 16 bits: it needs --device cuda and "
+               "--precision bf16", cmd);
         return 2;
     }
     if (c->shuffle_rows && !c->shuffle_seed) {

@@ -70,6 +70,7 @@ dt_status dt_gpu_open(int ordinal, dt_gpu **out) {
 void dt_gpu_close(dt_gpu *g) {
     if (!g) return;
     if (g->stream) cudaStreamSynchronize(g->stream);
+    dt_gpu_cudnn_close(g);
     if (g->blas) cublasDestroy(g->blas);
     for (int i = 0; i < DT_GPU_MARKS; i++)
         if (g->marks[i]) cudaEventDestroy(g->marks[i]);

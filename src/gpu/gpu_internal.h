@@ -17,7 +17,11 @@ struct dt_gpu {
     cudaEvent_t marks[DT_GPU_MARKS];
     int failed;    /* the first failure of queued work since the last dt_gpu_sync */
     char err[256];
+    void *cudnn;   /* attention_cudnn.cpp's handle, graphs and workspace, made at its first call */
 };
+
+/* attention_cudnn.cpp's state freed (dt_gpu_close). */
+void dt_gpu_cudnn_close(dt_gpu *g);
 
 /* Keeps the first failure (what: the call; why: the runtime's words). */
 void dt_gpu_fail(dt_gpu *g, const char *what, const char *why);
@@ -28,6 +32,7 @@ void dt_gpu_check_blas(dt_gpu *g, const char *what, cublasStatus_t s);
 /* dbias[OC] += the column sums of dout[BT, OC] (kernels.cu). */
 void dt_gpu_bias_backward(dt_gpu *g, float *dbias, const float *dout, int BT, int OC);
 
+#ifdef __CUDACC__
 /* A warp's sum and maximum of one value a lane, every lane given it. */
 static __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -38,6 +43,8 @@ static __device__ __forceinline__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
+
+#endif
 
 /* Blocks for n items at `threads` a block. */
 static inline unsigned dt_gpu_blocks(size_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }

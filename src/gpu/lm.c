@@ -23,6 +23,7 @@ struct dt_gpu_lm {
     bool bf16;                 /* the program's precision: autocast's bf16 (else f32) */
     bool lse;                  /* attention keeps each row's log-sum-exp, not T x T probabilities (flash.cu) */
     bool flash_ok;             /* flash attention may be taken (bf16 or TF32, a head it has a kernel for) */
+    bool cudnn;                /* attention through cuDNN's fused kernel (DT_ATTN_CUDNN; lse is set too: its stats) */
     size_t n;                  /* parameters */
     size_t *off;               /* [L * nblock]: block l's tensor k's offset in the store */
     size_t o_wte, o_head, o_lnfw;
@@ -112,6 +113,8 @@ static dt_status take_lp_work(dt_gpu_lm *m) {
         io = in + out > io ? in + out : io;
         wk = out * in + out > wk ? out * in + out : wk;
     }
+    size_t att = 8 * (size_t)m->NH * m->hd; /* cuDNN's backward: q|k|v, out, dout and d(q|k|v) in bf16 */
+    if (m->cudnn && att > io) io = att;
     void *w16 = NULL;
     dt_status st = take_bytes(m, BT * io * sizeof(uint16_t), &w16);
     if (!st && !m->counting) m->work16 = w16;
@@ -182,7 +185,12 @@ static dt_status make(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **out) {
     /* flash attention (its products TF32) where asked, in a bf16 or TF32 run: by default the T x T probabilities are kept
      * while they fit (preflight), cuBLAS's products on them being faster than flash.cu's (docs/gpu.md) */
     bool flash_ok = (m->bf16 || dt_gpu_tf32(g)) && dt_gpu_flash_supported(m->hd);
-    m->lse = dt_program_attention(p) == DT_ATTN_BLOCKWISE && flash_ok;
+    m->cudnn = dt_program_attention(p) == DT_ATTN_CUDNN;
+    m->lse = m->cudnn || (dt_program_attention(p) == DT_ATTN_BLOCKWISE && flash_ok);
+    if (m->cudnn && (!m->bf16 || !dt_gpu_cudnn_supported(m->hd)))
+        st = dt_error(DT_ERR_UNSUPPORTED, "--attention cudnn: %s", !m->bf16 ? "cuDNN's fused attention runs in bf16 (--precision bf16)"
+                      : dt_gpu_cudnn_supported(64) ? "heads of at most 128 channels, a multiple of 8" : "this build has no cuDNN attention "
+                      "(scripts/get-cudnn-frontend.sh, then build again)");
     m->n = dt_program_num_params(p);
     m->o_wte = m->v.embed->offset, m->o_head = m->v.head ? m->v.head->offset : m->o_wte, m->o_lnfw = m->v.norm_w->offset;
     m->wpe = m->v.positions, m->lnfb = m->v.norm_b;
@@ -361,7 +369,8 @@ static void op_forward(dt_gpu_lm *m, int l, int k) {
             lp_round(m, m->packed[l], (size_t)BT * 3 * Q); /* turned q and k are 16-bit values too */
             qkv = m->packed[l];
         }
-        if (m->lse) dt_gpu_attention_forward_lse(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH);
+        if (m->cudnn) dt_gpu_attention_forward_cudnn(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH, m->work16);
+        else if (m->lse) dt_gpu_attention_forward_lse(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH);
         else dt_gpu_attention_forward(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH);
         lp_round(m, out, (size_t)BT * o->width_out); /* (and backward's D reads it so, as the CPU's) */
         break;
@@ -425,11 +434,14 @@ dt_status dt_gpu_lm_forward(dt_gpu_lm *m, const int32_t *inputs, const int32_t *
 
 /* ---- backward ---- */
 
-/* d(q|k|v) += attention's backward, from its probabilities or its rows' log-sum-exp and output */
+/* d(q|k|v) += attention's backward, from its probabilities or its rows' log-sum-exp and output (cuDNN's: its stats) */
 static void attention_backward(dt_gpu_lm *m, float *dqkv, const float *dout, const float *qkv, int l, int k) {
     const dt_program_op *o = &m->v.ops[k];
     const float *st = m->stats[l * m->v.nops + k];
-    if (m->lse)
+    if (m->cudnn)
+        dt_gpu_attention_backward_cudnn(m->g, dqkv, dout, m->val[l * m->v.nvalues + o->s.out], qkv, st, m->B, m->T, o->width_out, m->NH,
+                                        m->work16);
+    else if (m->lse)
         dt_gpu_attention_backward_lse(m->g, dqkv, m->scratch, dout, m->val[l * m->v.nvalues + o->s.out], qkv, st, m->B, m->T, o->width_out,
                                       m->NH);
     else dt_gpu_attention_backward(m->g, dqkv, m->scratch, dout, qkv, st, m->B, m->T, o->width_out, m->NH);

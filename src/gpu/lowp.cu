@@ -51,6 +51,16 @@ void dt_gpu_pack_bf16(dt_gpu *g, uint16_t *dst, const float *src, size_t n) {
     dt_gpu_check_launch(g, "pack to bf16");
 }
 
+static __global__ void widen_k(float *dst, const uint16_t *src, size_t n, int add) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = add ? dst[i] + bf16_value(src[i]) : bf16_value(src[i]);
+}
+
+void dt_gpu_widen_bf16(dt_gpu *g, float *dst, const uint16_t *src, size_t n, int add) {
+    widen_k<<<dt_gpu_blocks(n, THREADS), THREADS, 0, g->stream>>>(dst, src, n, add);
+    dt_gpu_check_launch(g, "widen from bf16");
+}
+
 static void round_add(dt_gpu *g, float *dst, const float *src, size_t n) {
     round_add_k<<<dt_gpu_blocks(n, THREADS), THREADS, 0, g->stream>>>(dst, src, n);
     dt_gpu_check_launch(g, "bf16 gradient sum");

@@ -23,6 +23,14 @@ void dt_gpu_attention_backward_lse(dt_gpu *g, float *dq, float *s, const float *
                                    int T, int C, int NH) {
     (void)g, (void)dq, (void)s, (void)d, (void)o, (void)q, (void)l, (void)B, (void)T, (void)C, (void)NH;
 }
+int dt_gpu_cudnn_supported(int head_dim) { return (void)head_dim, 0; }
+void dt_gpu_attention_forward_cudnn(dt_gpu *g, float *o, float *s, const float *q, int B, int T, int C, int NH, uint16_t *w) {
+    (void)g, (void)o, (void)s, (void)q, (void)B, (void)T, (void)C, (void)NH, (void)w;
+}
+void dt_gpu_attention_backward_cudnn(dt_gpu *g, float *dq, const float *d, const float *o, const float *q, const float *s, int B, int T,
+                                     int C, int NH, uint16_t *w) {
+    (void)g, (void)dq, (void)d, (void)o, (void)q, (void)s, (void)B, (void)T, (void)C, (void)NH, (void)w;
+}
 const char *dt_gpu_name(const dt_gpu *g) { return (void)g, "none"; }
 void dt_gpu_props(const dt_gpu *g, int *sms, size_t *memory, int *capability) {
     (void)g;
@@ -101,6 +109,7 @@ void dt_gpu_sumsq(dt_gpu *g, const float *x, size_t n, double *ss) { (void)g, (v
 void dt_gpu_scale(dt_gpu *g, float *x, size_t n, float f) { (void)g, (void)x, (void)n, (void)f; }
 void dt_gpu_round_bf16(dt_gpu *g, float *d, const float *s, size_t n) { (void)g, (void)d, (void)s, (void)n; }
 void dt_gpu_pack_bf16(dt_gpu *g, uint16_t *d, const float *s, size_t n) { (void)g, (void)d, (void)s, (void)n; }
+void dt_gpu_widen_bf16(dt_gpu *g, float *d, const uint16_t *s, size_t n, int add) { (void)g, (void)d, (void)s, (void)n, (void)add; }
 void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *o, const float *i, const uint16_t *w, const uint16_t *b, int BT, int C, int OC,
                                 uint16_t *wk) {
     (void)g, (void)o, (void)i, (void)w, (void)b, (void)BT, (void)C, (void)OC, (void)wk;

@@ -152,7 +152,7 @@ static void lay_slot(dt_program *p, program_slot *s, arena *m, int B, int T) {
 
 /* the log-sum-exp kernels (context parallelism merges blocks by it): no T x T scores kept */
 bool dt_program_attention_lse(const dt_program *p, int T) {
-    return p->part.cp_size > 1 || p->attn == DT_ATTN_BLOCKWISE || (p->attn == DT_ATTN_AUTO && T >= 256);
+    return p->part.cp_size > 1 || p->attn == DT_ATTN_BLOCKWISE || p->attn == DT_ATTN_CUDNN || (p->attn == DT_ATTN_AUTO && T >= 256);
 }
 
 /* What a slot holds besides its floats: the tokens, targets and positions, dropout's keys, a mixture's ints. */

@@ -71,7 +71,7 @@ int dt_train_plan_gpu(const dt_train_config *c, const dt_plan_request *rq, const
     if (!st) st = api->open(ordinal, &g);
     if (!st) {
         api->set_tf32(g, c->tf32);
-        dt_attn_mode att = c->attention == 1 ? DT_ATTN_FULL : c->attention == 2 ? DT_ATTN_BLOCKWISE : DT_ATTN_AUTO;
+        dt_attn_mode att = (dt_attn_mode)c->attention;
         st = api->lm_plan(g, cfg, c->precision == DT_BF16 ? DT_BF16 : DT_F32, att, c->batch, c->seq, &c->opt, &p);
     }
     if (!st) {

@@ -451,7 +451,10 @@ static void print_model(const run *r) {
 /* What 16 bits (and the GPU's attention) gain here, so that nobody expects the speed of a bf16 GEMM that is not there. */
 static void print_precision(const run *r) {
     const dt_train_config *c = &r->c;
-    if (r->dev.gpu) {
+    if (r->dev.gpu && c->attention == DT_ATTN_CUDNN) {
+        printf("attention on the GPU: cuDNN's fused attention (bf16 products with f32 sums, each row's log-sum-exp kept, not T x T "
+               "probabilities)\n");
+    } else if (r->dev.gpu) {
         bool flash = dt_train_device_flash(&r->dev), tf32 = c->tf32;
         printf("attention on the GPU: %s%s\n", flash ? "flash (each row's log-sum-exp kept, not T x T probabilities; its products in TF32)"
                                                 : tf32 ? "T x T probabilities kept, products in TF32" : "T x T probabilities kept, products in f32",
