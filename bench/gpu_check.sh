@@ -4,7 +4,8 @@
 # the training step's speed and where it goes (124M, T 1024: f32, TF32, bf16), dtrain train --device cuda against the
 # CPU trainer and at 124M with a save, beside PyTorch's step (bf16 compiled; f32, TF32 eager) and llm.c's (bf16), and
 # Hugging Face's decoding at batch 1 and 32 beside dtrain's GPU decoder (checked against the CPU decoder first). Each part prints its figures and goes on if another failed.
-# The binaries come built (scripts/gpu-carry.sh packs DIR/gpu-bin.tar.xz; llm.c's train_gpt2cu beside it, if built).
+# The binaries come built (scripts/gpu-carry.sh packs DIR/gpu-bin.tar.xz; llm.c's train_gpt2cu and train_gpt2cu-cudnn
+# beside it, from scripts/build-llmc.sh).
 # PARTS (a comma list; all by default): open, kernels, lm, lmbf16, bench, benchbf16, train, trainbf16, ddp, trace, oom,
 # llmc, torch (bf16 compiled), torchf32, plan (the planner's step against the runs'), gdecode (dtrain's decoder on the GPU against the CPU's, generate --device cuda),
 # decode (dtrain's decoding speed and Hugging Face's generate, in the same call), cudnn (--attention cudnn: cuDNN's
@@ -37,8 +38,9 @@ cublas=$(dirname "$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/n
 # cuDNN (--attention cudnn loads it) and the runtime its frontend loads beside it: PyTorch's wheels have both
 cudnn=$(dirname "$(find / -name 'libcudnn.so.9' -not -path '/proc/*' 2>/dev/null | head -1)")
 cudart=$(dirname "$(find / -name 'libcudart.so.13' -not -path '/proc/*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=$root/lib:/usr/local/cuda/lib64:$cublas:$cudnn:$cudart:${LD_LIBRARY_PATH:-}
-echo "cuDNN from $cudnn, the CUDA runtime from $cudart"
+nvrtc=$(dirname "$(find / -name 'libnvrtc.so.13' -not -path '/proc/*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH=$root/lib:/usr/local/cuda/lib64:$cublas:$cudnn:$cudart:$nvrtc:${LD_LIBRARY_PATH:-}
+echo "cuDNN from $cudnn, the CUDA runtime from $cudart, NVRTC from $nvrtc"
 bin=$root/bin
 # random GPT-2 tokens in llm.c's token file (dtrain's too): a header of 256 int32 (magic 20240520, version 1, the
 # count), then uint16 tokens
@@ -167,14 +169,17 @@ if want plan; then
   run "plan against the runs" bash bench/gpu_plan_check.sh $bin/dtrain /tmp/llmc_train.bin
 fi
 if want llmc; then
-  part "llm.c's train_gpt2cu: 124M (d12, random init), B 16, T 1024, bf16, no cuDNN"
-  if [ -x "$dir/train_gpt2cu" ]; then
-    run "llm.c train_gpt2cu" bash -c "cd /tmp && timeout 150 $PWD/$dir/train_gpt2cu -e d12 -i /tmp/llmc_train.bin -j /tmp/llmc_val.bin \
-      -b 16 -t 1024 -x 20 -v 1000 -m 2 -s 0 -h 0 > $out/llmc.log 2>&1"
-    grep -E "^step|total average|rror" "$out/llmc.log" | tail -6
-  else
-    echo "no $dir/train_gpt2cu"
-  fi
+  # scripts/build-llmc.sh builds both: llm.c's own attention kernels, and cuDNN's fused attention (its fastest path)
+  for exe in train_gpt2cu train_gpt2cu-cudnn; do
+    part "llm.c's $exe: 124M (d12, random init), B 16, T 1024, bf16$([ $exe = train_gpt2cu ] && echo ", no cuDNN" || echo ", cuDNN's attention")"
+    if [ -x "$dir/$exe" ]; then
+      run "llm.c $exe" bash -c "cd /tmp && timeout 150 $PWD/$dir/$exe -e d12 -i /tmp/llmc_train.bin -j /tmp/llmc_val.bin \
+        -b 16 -t 1024 -x 20 -v 1000 -m 2 -s 0 -h 0 > $out/$exe.log 2>&1"
+      grep -E "^step|total average|rror" "$out/$exe.log" | tail -6
+    else
+      echo "no $dir/$exe (scripts/build-llmc.sh)"
+    fi
+  done
 fi
 export PYTHONUNBUFFERED=1
 if want torch; then
