@@ -16,6 +16,7 @@ jobs=(
   "--model 124M --batch 32 --seq 1024 --precision bf16 --tf32"
   "--model 350M --batch 8 --seq 1024 --precision bf16 --tf32"
   "--model 124M --batch 16 --seq 1024 --precision bf16 --tf32 --attention blockwise"
+  "--model 124M --batch 16 --seq 1024 --precision bf16 --attention cudnn"
   "--model llama-tiny --vocab 50257 --batch 16 --seq 256"
 )
 [ -n "${PLAN_JOBS:-}" ] && mapfile -t jobs <<< "$PLAN_JOBS"

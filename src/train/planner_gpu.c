@@ -17,7 +17,7 @@ static void print_text(const dt_train_config *c, const dt_gpt2_config *cfg, cons
     fprintf(f, "plan: %.3gB parameters (%d layers, %d channels, %d heads), batch %d x %d positions, %s%s, attention %s; "
                "one process on GPU %d (%s)\n",
             dt_gpt2_config_num_params(cfg) / 1e9, cfg->num_layers, cfg->channels, cfg->num_heads, c->batch, c->seq,
-            c->precision == DT_BF16 ? "bf16" : "f32", c->tf32 ? " (TF32 matmuls)" : "", p->flash ? "flash (log-sum-exps)" : "T x T",
+            c->precision == DT_BF16 ? "bf16" : "f32", c->tf32 ? " (TF32 matmuls)" : "", c->attention == DT_ATTN_CUDNN ? "cuDNN's (log-sum-exps)" : p->flash ? "flash (log-sum-exps)" : "T x T",
             ordinal, gpu);
     fprintf(f, "memory on the GPU (the pre-flight's count): parameters, gradients and AdamW's moments%s %.2f GiB; activations and "
                "work %.2f GiB; total %.2f GiB: %s the %.2f GiB free\n",
@@ -40,7 +40,7 @@ static void print_json(const dt_train_config *c, const dt_gpt2_config *cfg, cons
     cJSON_AddNumberToObject(o, "total", (double)p->need);
     cJSON_AddNumberToObject(o, "free", (double)p->free_bytes);
     cJSON_AddBoolToObject(o, "fits", p->fits);
-    cJSON_AddStringToObject(o, "attention", p->flash ? "flash" : "full");
+    cJSON_AddStringToObject(o, "attention", c->attention == DT_ATTN_CUDNN ? "cudnn" : p->flash ? "flash" : "full");
     if (p->timed) {
         cJSON_AddNumberToObject(o, "step_ms", p->step_ms);
         cJSON_AddNumberToObject(o, "tok_per_s", (double)c->batch * c->seq / (p->step_ms / 1e3));
