@@ -34,13 +34,13 @@ lscpu | grep -E "Model name|^CPU\(s\)"
 root=/tmp/dtgpu
 mkdir -p $root
 tar -C $root -xJf "$dir/gpu-bin.tar.xz" || echo "no $dir/gpu-bin.tar.xz: run scripts/gpu-carry.sh first"
-cublas=$(dirname "$(find / -name 'libcublas.so.13' -not -path '/proc/*' 2>/dev/null | head -1)")
-# cuDNN (--attention cudnn loads it) and the runtime its frontend loads beside it: PyTorch's wheels have both
-cudnn=$(dirname "$(find / -name 'libcudnn.so.9' -not -path '/proc/*' 2>/dev/null | head -1)")
-cudart=$(dirname "$(find / -name 'libcudart.so.13' -not -path '/proc/*' 2>/dev/null | head -1)")
-nvrtc=$(dirname "$(find / -name 'libnvrtc.so.13' -not -path '/proc/*' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH=$root/lib:/usr/local/cuda/lib64:$cublas:$cudnn:$cudart:$nvrtc:${LD_LIBRARY_PATH:-}
-echo "cuDNN from $cudnn, the CUDA runtime from $cudart, NVRTC from $nvrtc"
+# cuBLAS, and what --attention cudnn and NCCL load (cuDNN, the runtime and NVRTC its frontend loads beside it, NCCL):
+# PyTorch's wheels have them all; one search of the disk for the five
+libs=$(find / \( -name libcublas.so.13 -o -name libcudnn.so.9 -o -name libcudart.so.13 -o -name libnvrtc.so.13 -o -name libnccl.so.2 \) \
+  -not -path '/proc/*' 2>/dev/null)
+dir_of() { dirname "$(grep -m1 "/$1\$" <<< "$libs")"; }
+export LD_LIBRARY_PATH=$root/lib:/usr/local/cuda/lib64:$(dir_of libcublas.so.13):$(dir_of libcudnn.so.9):$(dir_of libcudart.so.13):$(dir_of libnvrtc.so.13):$(dir_of libnccl.so.2):${LD_LIBRARY_PATH:-}
+echo "libraries from: $LD_LIBRARY_PATH"
 bin=$root/bin
 # random GPT-2 tokens in llm.c's token file (dtrain's too): a header of 256 int32 (magic 20240520, version 1, the
 # count), then uint16 tokens

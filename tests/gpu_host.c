@@ -23,6 +23,19 @@ dt_status dt_gpu_open(int ordinal, dt_gpu **out) {
 }
 
 void dt_gpu_close(dt_gpu *g) { free(g); }
+int dt_gpu_ordinal(const dt_gpu *g) { return (void)g, 0; }
+/* NCCL of one rank (the host has GPU 0 only, so data parallelism never asks for more): the mean of one is itself */
+struct dt_gpu_nccl {
+    int unused;
+};
+dt_status dt_gpu_nccl_id(void *id) { return memset(id, 0, DT_GPU_NCCL_ID_BYTES), DT_OK; }
+dt_status dt_gpu_nccl_open(dt_gpu *g, const void *id, int nranks, int rank, dt_gpu_nccl **out) {
+    (void)g, (void)id, (void)rank;
+    *out = nranks == 1 ? calloc(1, sizeof **out) : NULL;
+    return *out ? DT_OK : dt_error(DT_ERR_UNSUPPORTED, "host emulation: NCCL of one rank only, not %d", nranks);
+}
+void dt_gpu_nccl_allreduce(dt_gpu *g, dt_gpu_nccl *c, float *x, size_t n, int mean) { (void)g, (void)c, (void)x, (void)n, (void)mean; }
+void dt_gpu_nccl_close(dt_gpu_nccl *c) { free(c); }
 void dt_gpu_set_tf32(dt_gpu *g, int on) { (void)g, (void)on; }
 int dt_gpu_tf32(const dt_gpu *g) { return (void)g, 0; }
 /* the GPU's rule, so that the GPU runner takes the same path here */

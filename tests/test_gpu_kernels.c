@@ -359,6 +359,27 @@ static void decoding(dt_gpu *g) {
     for (int i = 0; i < 8; i++) free(host[i]);
 }
 
+/* NCCL as one GPU can check it: a one-rank communicator from a fresh unique id; its sum and its mean of a device
+ * buffer are that buffer, bit for bit (data parallelism over GPUs of one machine runs the mean). */
+static void nccl_one_rank(dt_gpu *g) {
+    size_t n = 1 << 20;
+    float *x = random_floats(n, 1), *gx = to_device(g, x, n * 4);
+    char id[DT_GPU_NCCL_ID_BYTES];
+    dt_gpu_nccl *c = NULL;
+    dt_status st = dt_gpu_nccl_id(id);
+    if (!st) st = dt_gpu_nccl_open(g, id, 1, 0, &c);
+    check("NCCL: a one-rank communicator", !st, st ? dt_last_error() : "made");
+    if (!st) {
+        dt_gpu_nccl_allreduce(g, c, gx, n, 0);
+        report_err("NCCL allreduce (sum) of one rank: the buffer", device_err(g, gx, x, n), 0);
+        dt_gpu_nccl_allreduce(g, c, gx, n, 1);
+        report_err("NCCL allreduce (mean) of one rank: the buffer", device_err(g, gx, x, n), 0);
+    }
+    dt_gpu_nccl_close(c);
+    dt_gpu_free(g, gx);
+    free(x);
+}
+
 int main(void) {
     dt_gpu *g = NULL;
     if (dt_gpu_open(0, &g)) {
@@ -377,6 +398,7 @@ int main(void) {
     decoding(g);
     embedding_crossentropy(g);
     adamw(g);
+    nccl_one_rank(g);
     dt_gpu_close(g);
     printf("%s\n", failed ? "FAILED" : "all GPU kernels match their CPU kernels");
     return failed != 0;

@@ -26,6 +26,7 @@ int dt_gpu_count(void);
  * or no such device. */
 dt_status dt_gpu_open(int ordinal, dt_gpu **out);
 void dt_gpu_close(dt_gpu *g);
+int dt_gpu_ordinal(const dt_gpu *g);
 /* With on, f32 matmuls run on the tensor cores in TF32 (inputs rounded to 10-bit mantissas, f32 sums: PyTorch's
  * allow_tf32); off (the default), plain f32. */
 void dt_gpu_set_tf32(dt_gpu *g, int on);
@@ -159,6 +160,17 @@ void dt_gpu_attention_cached(dt_gpu *g, float *out, const dt_gpu_kv *kv, const f
                              int win);
 /* out[i] = in[idx[i]] for m rows of C floats (idx on the device). */
 void dt_gpu_gather_rows(dt_gpu *g, float *out, const float *in, const int32_t *idx, int m, int C);
+
+/* NCCL (src/gpu/nccl.cu; libnccl.so.2 loaded at the first call, from the library path): a communicator of nranks
+ * ranks, each on its own GPU, made from one unique id that rank 0 draws (dt_gpu_nccl_id) and every rank is given
+ * (DT_GPU_NCCL_ID_BYTES; dtrain's collectives carry it); an allreduce of device floats on the GPU's stream (mean: the
+ * average, else the sum), its failure kept as a kernel's is. */
+typedef struct dt_gpu_nccl dt_gpu_nccl;
+#define DT_GPU_NCCL_ID_BYTES 128
+dt_status dt_gpu_nccl_id(void *id);
+dt_status dt_gpu_nccl_open(dt_gpu *g, const void *id, int nranks, int rank, dt_gpu_nccl **out);
+void dt_gpu_nccl_allreduce(dt_gpu *g, dt_gpu_nccl *c, float *x, size_t n, int mean);
+void dt_gpu_nccl_close(dt_gpu_nccl *c);
 
 /* The device's ceilings, measured: an M x N x K product's TFLOP/s in f32 (TF32 when set) and in bf16 (tensor
  * cores, f32 accumulation), and a device-to-device copy's GB/s (bytes read and written). */

@@ -37,6 +37,10 @@ dt_status dt_gpu_lm_step(dt_gpu_lm *m, const dt_optim_config *c, float lr, float
 dt_status dt_gpu_lm_state(dt_gpu_lm *m, float *params, float *m1, float *m2, long *steps, int to_host);
 /* The gradients to the host (to_host 1) or from it (data parallelism's staging through host memory). */
 dt_status dt_gpu_lm_grads(dt_gpu_lm *m, float *host, int to_host);
+/* The gradients averaged over c's ranks on the GPUs (NCCL), waited for. */
+dt_status dt_gpu_lm_grads_nccl(dt_gpu_lm *m, dt_gpu_nccl *c);
+/* The GPU the model is on. */
+dt_gpu *dt_gpu_lm_gpu(const dt_gpu_lm *m);
 /* Whether attention keeps each row's log-sum-exp (flash.cu: asked by DT_ATTN_BLOCKWISE, or by DT_ATTN_AUTO where the
  * T x T probabilities do not fit; in bf16 or TF32, heads of dt_gpu_flash_supported's sizes; or cuDNN's, asked by
  * DT_ATTN_CUDNN), not T x T probabilities. */

@@ -87,6 +87,8 @@ int dt_gpu_tf32(const dt_gpu *g) { return g->tf32; }
 
 const char *dt_gpu_name(const dt_gpu *g) { return g->prop.name; }
 
+int dt_gpu_ordinal(const dt_gpu *g) { return g->ordinal; }
+
 void dt_gpu_props(const dt_gpu *g, int *sms, size_t *memory, int *capability) {
     if (sms) *sms = g->prop.multiProcessorCount;
     if (memory) *memory = g->prop.totalGlobalMem;

@@ -564,6 +564,13 @@ dt_status dt_gpu_lm_grads(dt_gpu_lm *m, float *host, int to_host) {
     return to_host ? dt_gpu_download(m->g, host, m->grads, bytes) : dt_gpu_upload(m->g, m->grads, host, bytes);
 }
 
+dt_status dt_gpu_lm_grads_nccl(dt_gpu_lm *m, dt_gpu_nccl *c) {
+    dt_gpu_nccl_allreduce(m->g, c, m->grads, m->n, 1);
+    return dt_gpu_sync(m->g);
+}
+
+dt_gpu *dt_gpu_lm_gpu(const dt_gpu_lm *m) { return m->g; }
+
 int dt_gpu_lm_flash(const dt_gpu_lm *m) { return m->lse; }
 
 static dt_status device_forward(void *ctx, const int32_t *inputs, const int32_t *targets, int B, int T, double loss_tokens, float *loss) {

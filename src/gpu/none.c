@@ -39,6 +39,14 @@ void dt_gpu_props(const dt_gpu *g, int *sms, size_t *memory, int *capability) {
     if (capability) *capability = 0;
 }
 static dt_status none(void) { return dt_error(DT_ERR_UNSUPPORTED, "this dtrain was built without CUDA"); }
+int dt_gpu_ordinal(const dt_gpu *g) { return (void)g, 0; }
+dt_status dt_gpu_nccl_id(void *id) { return (void)id, none(); }
+dt_status dt_gpu_nccl_open(dt_gpu *g, const void *id, int nranks, int rank, dt_gpu_nccl **out) {
+    (void)g, (void)id, (void)nranks, (void)rank, *out = NULL;
+    return none();
+}
+void dt_gpu_nccl_allreduce(dt_gpu *g, dt_gpu_nccl *c, float *x, size_t n, int mean) { (void)g, (void)c, (void)x, (void)n, (void)mean; }
+void dt_gpu_nccl_close(dt_gpu_nccl *c) { (void)c; }
 dt_status dt_gpu_mem_info(dt_gpu *g, size_t *f, size_t *t) { return (void)g, (void)f, (void)t, none(); }
 dt_status dt_gpu_alloc(dt_gpu *g, size_t bytes, void **out) { return (void)g, (void)bytes, *out = 0, none(); }
 void dt_gpu_free(dt_gpu *g, void *p) { (void)g, (void)p; }
