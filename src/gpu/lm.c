@@ -372,7 +372,7 @@ static void op_forward(dt_gpu_lm *m, int l, int k) {
         if (m->cudnn) dt_gpu_attention_forward_cudnn(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH, m->work16);
         else if (m->lse) dt_gpu_attention_forward_lse(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH);
         else dt_gpu_attention_forward(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH);
-        lp_round(m, out, (size_t)BT * o->width_out); /* (and backward's D reads it so, as the CPU's) */
+        if (!m->cudnn) lp_round(m, out, (size_t)BT * o->width_out); /* (and backward's D reads it so, as the CPU's; cuDNN's is bf16) */
         break;
     }
     case DT_OP_GELU:

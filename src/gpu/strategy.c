@@ -12,7 +12,6 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 typedef struct {
@@ -55,7 +54,7 @@ static dt_status open_nccl(gpu_state *s) {
     if (!(st = dt_comm_allreduce(c, &ok, &all_ok, 1, DT_I32, DT_MIN)) && !all_ok) {
         if (dt_comm_rank(c) == 0)
             dt_log(DT_LOG_WARN, "--device cuda: NCCL could not be loaded on every rank (%s): the gradients go through host memory",
-                   ok ? "another rank's" : dt_last_error());
+                   ok ? "on another rank" : dt_last_error());
         return DT_OK;
     }
     if (!st) st = dt_comm_broadcast(c, id, DT_GPU_NCCL_ID_BYTES / 4, DT_I32, 0);
