@@ -210,6 +210,43 @@ void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *di, float *dw, float *db, flo
     (void)g, (void)w16, (void)wk, dt_matmul_backward_lp(di, dw, db, d, i, w, BT, C, OC, DT_BF16, work, HOST_LP_WORK, 0);
     free(work);
 }
+/* the head's halves: its sums (rounded here already: the cross-entropy reads them rounded, and rounding twice is
+ * rounding once), its backward from bf16 bits */
+void dt_gpu_matmul_sums_bf16(dt_gpu *g, float *o, const float *i, const uint16_t *w, int BT, int C, int OC, uint16_t *wk) {
+    dt_gpu_matmul_forward_bf16(g, o, i, w, NULL, BT, C, OC, wk);
+}
+void dt_gpu_matmul_backward_bf16_from(dt_gpu *g, float *di, float *dw, const uint16_t *d16, const float *i, const uint16_t *w, int BT, int C,
+                                      int OC, uint16_t *w16, float *wk) {
+    float *d = malloc((size_t)BT * OC * sizeof(float));
+    if (!d) abort(); /* a test's few megabytes */
+    dt_lp_unpack(d, d16, (size_t)BT * OC, DT_BF16);
+    dt_gpu_matmul_backward_bf16(g, di, dw, NULL, d, i, w, BT, C, OC, w16, wk);
+    free(d);
+}
+/* the head's 16-bit cross-entropy: the CPU's own (dt_crossentropy_forward_lp, dt_crossentropy_grad_lp) on the
+ * logits' bf16 bits */
+static uint16_t *host_logits16(const float *l, size_t n) {
+    uint16_t *x = malloc(n * sizeof *x);
+    if (!x) abort();
+    dt_lp_pack(x, l, n, DT_BF16);
+    return x;
+}
+void dt_gpu_crossentropy_forward_bf16(dt_gpu *g, const float *l, float *ls, float *st, const int32_t *t, int BT, int V, int Vp) {
+    uint16_t *x = host_logits16(l, (size_t)BT * Vp);
+    float *work = malloc(HOST_LP_WORK * sizeof(float));
+    (void)g, dt_crossentropy_forward_lp(ls, st, x, t, BT, V, Vp, DT_BF16, work, HOST_LP_WORK);
+    free(work), free(x);
+}
+void dt_gpu_crossentropy_backward_bf16(dt_gpu *g, uint16_t *d, const float *l, const float *st, const int32_t *t, int BT, int V, int Vp,
+                                       float dscale) {
+    uint16_t *x = host_logits16(l, (size_t)BT * Vp);
+    float *df = malloc((size_t)BT * Vp * sizeof(float));
+    if (!df) abort();
+    dt_ce_grad ce = { .stats = st, .targets = t, .V = V, .v0 = 0, .dscale = dscale, .row_scale = NULL };
+    (void)g, dt_crossentropy_grad_lp(df, x, 0, BT, Vp, 0, Vp, &ce, DT_BF16);
+    dt_lp_pack(d, df, (size_t)BT * Vp, DT_BF16);
+    free(df), free(x);
+}
 dt_status dt_gpu_measure_gemm(dt_gpu *g, int bf16, int M, int N, int K, double *t) {
     return (void)g, (void)bf16, (void)M, (void)N, (void)K, *t = 0, DT_OK;
 }

@@ -267,6 +267,43 @@ static void embedding_crossentropy(dt_gpu *g) {
     for (int i = 0; i < 8; i++) free(host[i]);
 }
 
+/* The head's 16-bit cross-entropy (bf16 runs): the logits read as their bf16 values (unrounded sums given), the losses
+ * and each row's maximum and sum as dt_crossentropy_forward_lp's, the gradient's bits as dt_crossentropy_grad_lp
+ * rounds them (their exponentials differ in the last bits, which moves an element a bf16 step now and then) */
+static void crossentropy_bf16(dt_gpu *g) {
+    int32_t tgt[BT];
+    for (int i = 0; i < BT; i++) tgt[i] = i % 17 == 0 ? DT_IGNORE_INDEX : (i * 104729) % V;
+    size_t nl = (size_t)BT * VP, wf = (size_t)1 << 20;
+    float *logits = random_floats(nl, 4), *loss = malloc(BT * 4), *stats = malloc(2 * BT * 4);
+    float *grad = malloc(nl * 4), *dev_grad = malloc(nl * 4), *work = malloc(wf * 4);
+    uint16_t *l16 = malloc(nl * 2), *d16 = malloc(nl * 2);
+    dt_lp_pack(l16, logits, nl, DT_BF16);
+    float *gl = to_device(g, logits, nl * 4), *gloss, *gstats;
+    int32_t *gtg = to_device(g, tgt, sizeof tgt);
+    uint16_t *gd16;
+    dt_gpu_alloc(g, BT * 4, (void **)&gloss), dt_gpu_alloc(g, 2 * BT * 4, (void **)&gstats), dt_gpu_alloc(g, nl * 2, (void **)&gd16);
+    dt_crossentropy_forward_lp(loss, stats, l16, tgt, BT, V, VP, DT_BF16, work, wf);
+    dt_gpu_crossentropy_forward_bf16(g, gl, gloss, gstats, gtg, BT, V, VP);
+    report_err("bf16 cross-entropy: each row's loss (ignored rows 0)", device_err(g, gloss, loss, BT), 2e-5);
+    for (int i = 0; i < BT; i++)
+        if (tgt[i] < 0) stats[2 * i] = stats[2 * i + 1] = 0; /* backward does not read them: compare the scored rows' */
+    float *hs = malloc(2 * BT * 4);
+    dt_gpu_sync(g), dt_gpu_download(g, hs, gstats, 2 * BT * 4);
+    for (int i = 0; i < BT; i++)
+        if (tgt[i] < 0) hs[2 * i] = hs[2 * i + 1] = 0;
+    report_err("bf16 cross-entropy: each row's maximum and sum", rel_err(hs, stats, 2 * BT), 2e-5);
+    float scale = 0.5f / BT; /* a gradient scale in it too */
+    dt_ce_grad ce = { stats, tgt, V, 0, scale, NULL }; /* (positional: V is this file's vocabulary) */
+    dt_crossentropy_grad_lp(grad, l16, 0, BT, VP, 0, VP, &ce, DT_BF16);
+    dt_gpu_crossentropy_backward_bf16(g, gd16, gl, gstats, gtg, BT, V, VP, scale);
+    dt_gpu_sync(g), dt_gpu_download(g, d16, gd16, nl * 2);
+    dt_lp_unpack(dev_grad, d16, nl, DT_BF16);
+    report_err("bf16 cross-entropy backward: d(logits)'s bf16 bits, 0 in padded columns", rel_err(dev_grad, grad, nl), 1e-4);
+    void *dev[] = { gl, gloss, gstats, gtg, gd16 }, *host[] = { logits, loss, stats, grad, dev_grad, work, l16, d16, hs };
+    for (int i = 0; i < 5; i++) dt_gpu_free(g, dev[i]);
+    for (int i = 0; i < 9; i++) free(host[i]);
+}
+
 static void adamw(dt_gpu *g) {
     size_t n = 100003; /* not a multiple of a block */
     dt_optim_config c;
@@ -397,6 +434,7 @@ int main(void) {
     attention_lse(g, true);
     decoding(g);
     embedding_crossentropy(g);
+    crossentropy_bf16(g);
     adamw(g);
     nccl_one_rank(g);
     dt_gpu_close(g);

@@ -136,6 +136,21 @@ void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *out, const float *inp, const u
                                 uint16_t *work16);
 void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *dinp, float *dw, float *dbias, float *dout, const float *inp, const uint16_t *w,
                                  int BT, int C, int OC, uint16_t *work16, float *work);
+/* The two halves of those without the rounding of forward's output and backward's dout (the head, whose
+ * cross-entropy reads its sums rounded and writes its gradient as bf16 bits): out = the products' f32 sums; and
+ * backward from dout's bf16 bits d16 (no bias), d16 at work16's start or elsewhere. */
+void dt_gpu_matmul_sums_bf16(dt_gpu *g, float *out, const float *inp, const uint16_t *w, int BT, int C, int OC, uint16_t *work16);
+void dt_gpu_matmul_backward_bf16_from(dt_gpu *g, float *dinp, float *dw, const uint16_t *d16, const float *inp, const uint16_t *w, int BT,
+                                      int C, int OC, uint16_t *work16, float *work);
+/* The head's cross-entropy in bf16 (autocast's): the logits read as their bf16 values (the head's output rounded),
+ * forward the losses (as dt_gpu_crossentropy_fused's) and each row's maximum and sum of exponentials into stats[2 BT];
+ * backward, from those, d(loss)/d(logits) times dscale (the engine's gradient scale over the scored tokens), as the
+ * CPU's dt_crossentropy_grad_lp makes it, rounded to bf16 bits into dlogits [BT, Vp] (0 in the padded columns and
+ * the unscored rows). The logits are not written. */
+void dt_gpu_crossentropy_forward_bf16(dt_gpu *g, const float *logits, float *losses, float *stats, const int32_t *targets, int BT, int V,
+                                      int Vp);
+void dt_gpu_crossentropy_backward_bf16(dt_gpu *g, uint16_t *dlogits, const float *logits, const float *stats, const int32_t *targets,
+                                       int BT, int V, int Vp, float dscale);
 
 /* Decoding (src/gpu/decode.c, decode_kernels.cu): rows are a step's dt_infer_row as four int32 words each (slot,
  * position, token, wants logits) on the device. A cache holds every slot's keys and values, f32: slot s, layer l,

@@ -44,6 +44,15 @@ static __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+/* f32 to bf16's bits as dt_f32_to_bf16 rounds (to nearest even, a NaN kept quiet), and back. */
+static __device__ __forceinline__ unsigned short bf16_bits(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static __device__ __forceinline__ float bf16_value(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+
 #endif
 
 /* Blocks for n items at `threads` a block. */

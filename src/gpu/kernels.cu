@@ -276,6 +276,52 @@ void dt_gpu_crossentropy_fused(dt_gpu *g, float *logits, float *losses, const in
     dt_gpu_check_launch(g, "cross-entropy");
 }
 
+/* bf16: the logits as their bf16 values; forward keeps a row's maximum and sum, backward makes the gradient's bits
+ * from them (the same exponentials, in the f32 kernel's order of operations) */
+static __global__ void crossentropy_forward_bf16_k(const float *logits, float *losses, float *stats, const int32_t *targets, int V,
+                                                   int Vp) {
+    int row = blockIdx.x;
+    const float *x = logits + (size_t)row * Vp;
+    int t = targets[row];
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, bf16_value(bf16_bits(x[j])));
+    mx = block_reduce(mx, true);
+    float s = 0;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(bf16_value(bf16_bits(x[j])) - mx);
+    s = block_reduce(s, false);
+    if (threadIdx.x == 0) { /* an unscored row: no loss, and stats that backward does not read */
+        losses[row] = t >= 0 ? logf(s) + mx - bf16_value(bf16_bits(x[t])) : 0.0f;
+        stats[2 * row] = mx, stats[2 * row + 1] = s;
+    }
+}
+
+/* as the CPU's dt_crossentropy_grad_lp: p dscale, less dscale at the target, rounded */
+static __global__ void crossentropy_backward_bf16_k(uint16_t *d, const float *logits, const float *stats, const int32_t *targets, int V,
+                                                    int Vp, float dscale) {
+    int row = blockIdx.x;
+    const float *x = logits + (size_t)row * Vp;
+    uint16_t *dr = d + (size_t)row * Vp;
+    int t = targets[row];
+    float mx = stats[2 * row], inv = 1.0f / stats[2 * row + 1];
+    for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
+        float v = 0;
+        if (t >= 0 && j < V) v = expf(bf16_value(bf16_bits(x[j])) - mx) * inv * dscale - (j == t ? dscale : 0.0f);
+        dr[j] = bf16_bits(v);
+    }
+}
+
+void dt_gpu_crossentropy_forward_bf16(dt_gpu *g, const float *logits, float *losses, float *stats, const int32_t *targets, int BT, int V,
+                                      int Vp) {
+    crossentropy_forward_bf16_k<<<BT, 1024, 0, g->stream>>>(logits, losses, stats, targets, V, Vp);
+    dt_gpu_check_launch(g, "cross-entropy (bf16)");
+}
+
+void dt_gpu_crossentropy_backward_bf16(dt_gpu *g, uint16_t *dlogits, const float *logits, const float *stats, const int32_t *targets,
+                                       int BT, int V, int Vp, float dscale) {
+    crossentropy_backward_bf16_k<<<BT, 1024, 0, g->stream>>>(dlogits, logits, stats, targets, V, Vp, dscale);
+    dt_gpu_check_launch(g, "cross-entropy backward (bf16)");
+}
+
 /* ---- AdamW, a sum of squares, a scale ---- */
 
 static __global__ void adamw_k(float *p, const float *grad, float gscale, float *m, float *v, size_t n, float b1, float b2, float eps,

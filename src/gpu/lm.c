@@ -40,6 +40,7 @@ struct dt_gpu_lm {
     float **stats;             /* [l * nops + k]: a norm's mean | rstd, attention's probabilities */
     float **dval;              /* [v]: one block's value gradients (IN and OUT: the two dres buffers) */
     float *dres[2], *lnf, *lnf_stats, *logits, *losses, *dlnf, *scratch;
+    float *ce_stats;           /* bf16: each row's maximum and sum of exponentials (the head's gradient is made from them) */
     float *h_losses;           /* host: a forward's rows' losses */
     float *staged;             /* host: the buffer dt_gpu_lm_grads last moved the gradients through, page-locked if staged_pinned */
     int staged_pinned;
@@ -160,6 +161,7 @@ static dt_status lay_out(dt_gpu_lm *m) {
     if (!st) st = take(m, 2 * BT, &m->lnf_stats);
     if (!st) st = take(m, BT * m->Vp, &m->logits);
     if (!st) st = take(m, BT, &m->losses);
+    if (!st && m->bf16) st = take(m, 2 * BT, &m->ce_stats);
     if (!st) st = take(m, BT * m->C, &m->dlnf);
     if (!st) st = take(m, m->lse ? (size_t)m->B * m->NH * m->T : (size_t)m->NH * m->T * m->T, &m->scratch);
     return st;
@@ -255,7 +257,7 @@ void dt_gpu_lm_destroy(dt_gpu_lm *m) {
     dt_gpu *g = m->g;
     if (m->staged_pinned) dt_gpu_host_pin(g, m->staged, m->n * sizeof(float), 0);
     float *bufs[] = { m->params, m->grads, m->m, m->vv, m->stream, m->dres[0], m->dres[1], m->lnf, m->lnf_stats, m->logits, m->losses,
-                      m->dlnf, m->scratch, m->dpacked, m->inv_freq, m->work, m->rin };
+                      m->dlnf, m->scratch, m->dpacked, m->inv_freq, m->work, m->rin, m->ce_stats };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) dt_gpu_free(g, bufs[i]);
     dt_gpu_free(g, m->ss);
     dt_gpu_free(g, m->params16);
@@ -409,7 +411,9 @@ dt_status dt_gpu_lm_forward(dt_gpu_lm *m, const int32_t *inputs, const int32_t *
     else dt_gpu_layernorm_forward(m->g, m->lnf, m->lnf_stats, m->lnf_stats + BT, x, m->params + m->o_lnfw, m->params + m->lnfb->offset, (int)BT,
                                   m->C);
     lp_round(m, m->lnf, BT * m->C);
-    linear_forward(m, m->logits, m->lnf, -1, 0, -1, (int)BT, m->C, m->Vp);
+    /* bf16 with targets: the head's sums left unrounded, the cross-entropy reading them rounded (one pass fewer) */
+    if (m->bf16 && targets) dt_gpu_matmul_sums_bf16(m->g, m->logits, m->lnf, m->params16 + m->o_head, (int)BT, m->C, m->Vp, m->work16);
+    else linear_forward(m, m->logits, m->lnf, -1, 0, -1, (int)BT, m->C, m->Vp);
     if (!targets) {
         mark(m, on, m->L + 2);
         st = dt_gpu_sync(m->g);
@@ -419,8 +423,10 @@ dt_status dt_gpu_lm_forward(dt_gpu_lm *m, const int32_t *inputs, const int32_t *
     size_t scored = 0;
     for (size_t i = 0; i < BT; i++) scored += targets[i] >= 0;
     m->scored = loss_tokens > 0 ? loss_tokens : scored ? (double)scored : 1;
-    /* the gradient comes with the loss (the logits are not kept): backward starts from it */
-    dt_gpu_crossentropy_fused(m->g, m->logits, m->losses, m->tgt, (int)BT, m->V, m->Vp, (float)(1.0 / m->scored));
+    /* f32: the gradient comes with the loss (the logits are not kept): backward starts from it; bf16: the logits and
+     * each row's statistics are kept, and backward makes the gradient's bf16 bits from them (the CPU's 16-bit head) */
+    if (m->bf16) dt_gpu_crossentropy_forward_bf16(m->g, m->logits, m->losses, m->ce_stats, m->tgt, (int)BT, m->V, m->Vp);
+    else dt_gpu_crossentropy_fused(m->g, m->logits, m->losses, m->tgt, (int)BT, m->V, m->Vp, (float)(1.0 / m->scored));
     mark(m, on, m->L + 2);
     st = dt_gpu_download(m->g, m->h_losses, m->losses, BT * sizeof(float));
     if (!st) st = dt_gpu_sync(m->g);
@@ -490,9 +496,16 @@ dt_status dt_gpu_lm_backward(dt_gpu_lm *m, float grad_scale) {
     float *x = m->stream + (size_t)m->L * BT * C, *dres = m->dres[DT_V_OUT];
     bool on = tracing(m);
     mark(m, on, 0);
-    if (grad_scale != 1.0f) dt_gpu_scale(m->g, m->logits, BT * m->Vp, grad_scale); /* forward made d(loss)/d(logits) */
     dt_gpu_zero(m->g, m->dlnf, BT * C * sizeof(float));
-    linear_backward(m, m->dlnf, m->logits, m->lnf, -1, 0, -1, (int)BT, m->C, m->Vp);
+    if (m->bf16) { /* the scale over the scored tokens and the engine's one multiplier, as the CPU's head_backward */
+        dt_gpu_crossentropy_backward_bf16(m->g, m->work16, m->logits, m->ce_stats, m->tgt, (int)BT, m->V, m->Vp,
+                                          (float)(grad_scale / m->scored));
+        dt_gpu_matmul_backward_bf16_from(m->g, m->dlnf, m->grads + m->o_head, m->work16, m->lnf, m->params16 + m->o_head, (int)BT, m->C,
+                                         m->Vp, m->work16, m->work);
+    } else {
+        if (grad_scale != 1.0f) dt_gpu_scale(m->g, m->logits, BT * m->Vp, grad_scale); /* forward made d(loss)/d(logits) */
+        linear_backward(m, m->dlnf, m->logits, m->lnf, -1, 0, -1, (int)BT, m->C, m->Vp);
+    }
     dt_gpu_zero(m->g, dres, BT * C * sizeof(float));
     if (m->v.rms) dt_gpu_rmsnorm_backward(m->g, dres, m->grads + m->o_lnfw, m->dlnf, x, m->params + m->o_lnfw, m->lnf_stats, (int)BT, m->C);
     else dt_gpu_layernorm_backward(m->g, dres, m->grads + m->o_lnfw, m->grads + m->lnfb->offset, m->dlnf, x, m->params + m->o_lnfw,

@@ -7,13 +7,6 @@
 
 #define THREADS 256
 
-static __device__ __forceinline__ unsigned short bf16_bits(float f) {
-    unsigned u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-static __device__ __forceinline__ float bf16_value(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
 
 /* y = x rounded (y == x: in place); with bits, its bf16 bits there too */
 static __global__ void round_k(float *y, const float *x, uint16_t *bits, size_t n) {
@@ -76,10 +69,14 @@ static void gemm_bf16(dt_gpu *g, const char *what, cublasOperation_t ta, cublasO
 }
 
 /* The row-major products as matmul.cu writes them (each as its transpose to column-major cuBLAS). */
-void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *out, const float *inp, const uint16_t *w, const uint16_t *bias, int BT, int C, int OC,
-                                uint16_t *work) {
+void dt_gpu_matmul_sums_bf16(dt_gpu *g, float *out, const float *inp, const uint16_t *w, int BT, int C, int OC, uint16_t *work) {
     dt_gpu_pack_bf16(g, work, inp, (size_t)BT * C);
     gemm_bf16(g, "bf16 matmul forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, w, C, work, C, 0.0f, out, OC);
+}
+
+void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *out, const float *inp, const uint16_t *w, const uint16_t *bias, int BT, int C, int OC,
+                                uint16_t *work) {
+    dt_gpu_matmul_sums_bf16(g, out, inp, w, BT, C, OC, work);
     size_t n = (size_t)BT * OC;
     bias_round_k<<<dt_gpu_blocks(n, THREADS), THREADS, 0, g->stream>>>(out, bias, n, OC);
     dt_gpu_check_launch(g, "bf16 matmul output");
@@ -87,10 +84,21 @@ void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *out, const float *inp, const u
 
 void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *dinp, float *dw, float *dbias, float *dout, const float *inp, const uint16_t *w,
                                  int BT, int C, int OC, uint16_t *work16, float *work) {
-    uint16_t *d16 = work16, *a16 = work16 + (size_t)BT * OC;
     size_t nd = (size_t)BT * OC;
-    round_k<<<dt_gpu_blocks(nd, THREADS), THREADS, 0, g->stream>>>(dout, dout, d16, nd);
+    round_k<<<dt_gpu_blocks(nd, THREADS), THREADS, 0, g->stream>>>(dout, dout, work16, nd);
     dt_gpu_check_launch(g, "bf16 output gradient");
+    dt_gpu_matmul_backward_bf16_from(g, dinp, dw, work16, inp, w, BT, C, OC, work16, work);
+    if (dbias) {
+        float *sum = work + (size_t)OC * C;
+        dt_gpu_zero(g, sum, (size_t)OC * sizeof(float));
+        dt_gpu_bias_backward(g, sum, dout, BT, OC);
+        round_add(g, dbias, sum, (size_t)OC);
+    }
+}
+
+void dt_gpu_matmul_backward_bf16_from(dt_gpu *g, float *dinp, float *dw, const uint16_t *d16, const float *inp, const uint16_t *w, int BT,
+                                      int C, int OC, uint16_t *work16, float *work) {
+    uint16_t *a16 = work16 + (size_t)BT * OC;
     if (dinp) {
         gemm_bf16(g, "bf16 matmul backward (input)", CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, w, C, d16, OC, 1.0f, dinp, C);
         dt_gpu_round_bf16(g, dinp, dinp, (size_t)BT * C);
@@ -99,11 +107,5 @@ void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *dinp, float *dw, float *dbias
         dt_gpu_pack_bf16(g, a16, inp, (size_t)BT * C);
         gemm_bf16(g, "bf16 matmul backward (weight)", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, a16, C, d16, OC, 0.0f, work, C);
         round_add(g, dw, work, (size_t)OC * C);
-    }
-    if (dbias) {
-        float *sum = work + (size_t)OC * C;
-        dt_gpu_zero(g, sum, (size_t)OC * sizeof(float));
-        dt_gpu_bias_backward(g, sum, dout, BT, OC);
-        round_add(g, dbias, sum, (size_t)OC);
     }
 }

@@ -117,6 +117,20 @@ void dt_gpu_sumsq(dt_gpu *g, const float *x, size_t n, double *ss) { (void)g, (v
 void dt_gpu_scale(dt_gpu *g, float *x, size_t n, float f) { (void)g, (void)x, (void)n, (void)f; }
 void dt_gpu_round_bf16(dt_gpu *g, float *d, const float *s, size_t n) { (void)g, (void)d, (void)s, (void)n; }
 void dt_gpu_pack_bf16(dt_gpu *g, uint16_t *d, const float *s, size_t n) { (void)g, (void)d, (void)s, (void)n; }
+void dt_gpu_matmul_sums_bf16(dt_gpu *g, float *o, const float *i, const uint16_t *w, int BT, int C, int OC, uint16_t *wk) {
+    (void)g, (void)o, (void)i, (void)w, (void)BT, (void)C, (void)OC, (void)wk;
+}
+void dt_gpu_matmul_backward_bf16_from(dt_gpu *g, float *di, float *dw, const uint16_t *d, const float *i, const uint16_t *w, int BT, int C,
+                                      int OC, uint16_t *w16, float *wk) {
+    (void)g, (void)di, (void)dw, (void)d, (void)i, (void)w, (void)BT, (void)C, (void)OC, (void)w16, (void)wk;
+}
+void dt_gpu_crossentropy_forward_bf16(dt_gpu *g, const float *l, float *ls, float *st, const int32_t *t, int BT, int V, int Vp) {
+    (void)g, (void)l, (void)ls, (void)st, (void)t, (void)BT, (void)V, (void)Vp;
+}
+void dt_gpu_crossentropy_backward_bf16(dt_gpu *g, uint16_t *d, const float *l, const float *st, const int32_t *t, int BT, int V, int Vp,
+                                       float s) {
+    (void)g, (void)d, (void)l, (void)st, (void)t, (void)BT, (void)V, (void)Vp, (void)s;
+}
 void dt_gpu_widen_bf16(dt_gpu *g, float *d, const uint16_t *s, size_t n, int add) { (void)g, (void)d, (void)s, (void)n, (void)add; }
 void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *o, const float *i, const uint16_t *w, const uint16_t *b, int BT, int C, int OC,
                                 uint16_t *wk) {
