@@ -49,8 +49,8 @@ static void linears(dt_gpu *g, void *ctx) {
             if (l < q->L && o->s.kind != DT_OP_LINEAR) continue;
             int in = l < q->L ? o->width_in : q->C, out = l < q->L ? o->width_out : q->Vp;
             if (q->lp) {
-                dt_gpu_matmul_forward_bf16(g, q->y, q->x, q->w16, NULL, q->BT, in, out, q->work16);
-                dt_gpu_matmul_backward_bf16(g, q->dx, q->dw, NULL, q->dy, q->x, q->w16, q->BT, in, out, q->work16, q->work);
+                dt_gpu_matmul_forward_bf16(g, q->y, q->x, NULL, q->w16, NULL, q->BT, in, out, q->work16);
+                dt_gpu_matmul_backward_bf16(g, q->dx, q->dw, NULL, q->dy, q->x, NULL, q->w16, q->BT, in, out, q->work16, q->work);
             } else {
                 dt_gpu_matmul_forward(g, q->y, q->x, q->w, NULL, q->BT, in, out);
                 dt_gpu_matmul_backward(g, q->dx, q->dw, NULL, q->dy, q->x, q->w, q->BT, in, out);
@@ -63,7 +63,7 @@ static void attention(dt_gpu *g, void *ctx) {
     int Q = q->v->heads * q->v->head_dim;
     for (int l = 0; l < q->L; l++)
         if (q->cudnn) {
-            dt_gpu_attention_forward_cudnn(g, q->y, q->att, q->x, q->B, q->T, Q, q->v->heads, q->work16);
+            dt_gpu_attention_forward_cudnn(g, q->y, q->att, q->x, q->B, q->T, Q, q->v->heads, q->work16, NULL);
             dt_gpu_attention_backward_cudnn(g, q->dx, q->dy, q->y, q->x, q->att, q->B, q->T, Q, q->v->heads, q->work16);
         } else if (q->lse) {
             dt_gpu_attention_forward_lse(g, q->y, q->att, q->x, q->B, q->T, Q, q->v->heads);

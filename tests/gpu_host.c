@@ -49,9 +49,10 @@ void dt_gpu_attention_backward_lse(dt_gpu *g, float *dq, float *s, const float *
 }
 /* cuDNN's attention as its arithmetic rounds: the CPU's, its output and each d(q|k|v) rounded to bf16 */
 int dt_gpu_cudnn_supported(int head_dim) { return head_dim % 8 == 0 && head_dim <= 128; }
-void dt_gpu_attention_forward_cudnn(dt_gpu *g, float *o, float *s, const float *q, int B, int T, int C, int NH, uint16_t *w) {
+void dt_gpu_attention_forward_cudnn(dt_gpu *g, float *o, float *s, const float *q, int B, int T, int C, int NH, uint16_t *w, uint16_t *o16) {
     (void)g, (void)w, dt_attention_forward_lse(o, s, q, B, T, C, NH);
     dt_lp_round(o, (size_t)B * T * C, DT_BF16);
+    if (o16) dt_lp_pack(o16, o, (size_t)B * T * C, DT_BF16);
 }
 void dt_gpu_attention_backward_cudnn(dt_gpu *g, float *dq, const float *d, const float *o, const float *q, const float *s, int B, int T,
                                      int C, int NH, uint16_t *w) {
@@ -102,20 +103,32 @@ void dt_gpu_matmul_backward(dt_gpu *g, float *di, float *dw, float *db, const fl
                             int OC) {
     (void)g, dt_matmul_backward(di, dw, db, d, i, w, BT, C, OC);
 }
-void dt_gpu_layernorm_forward(dt_gpu *g, float *o, float *m, float *r, const float *i, const float *w, const float *b, int N, int C) {
+/* a forward kernel's bits: its outputs rounded to bf16, their bits kept */
+static void host_bits(float *o, uint16_t *bits, size_t n) {
+    if (!bits) return;
+    dt_lp_round(o, n, DT_BF16);
+    dt_lp_pack(bits, o, n, DT_BF16);
+}
+void dt_gpu_layernorm_forward(dt_gpu *g, float *o, float *m, float *r, const float *i, const float *w, const float *b, int N, int C,
+                              uint16_t *h) {
     (void)g, dt_layernorm_forward(o, m, r, i, w, b, N, C);
+    host_bits(o, h, (size_t)N * C);
 }
 void dt_gpu_layernorm_backward(dt_gpu *g, float *di, float *dw, float *db, const float *d, const float *i, const float *w,
                                const float *m, const float *r, int N, int C) {
     (void)g, dt_layernorm_backward(di, dw, db, d, i, w, m, r, N, C);
 }
-void dt_gpu_rmsnorm_forward(dt_gpu *g, float *o, float *r, const float *i, const float *w, int N, int C, float eps) {
+void dt_gpu_rmsnorm_forward(dt_gpu *g, float *o, float *r, const float *i, const float *w, int N, int C, float eps, uint16_t *h) {
     (void)g, dt_rmsnorm_forward(o, r, i, w, N, C, eps);
+    host_bits(o, h, (size_t)N * C);
 }
 void dt_gpu_rmsnorm_backward(dt_gpu *g, float *di, float *dw, const float *d, const float *i, const float *w, const float *r, int N, int C) {
     (void)g, dt_rmsnorm_backward(di, dw, d, i, w, r, N, C);
 }
-void dt_gpu_swiglu_forward(dt_gpu *g, float *o, const float *gu, int N, int F) { (void)g, dt_swiglu_forward(o, gu, N, F); }
+void dt_gpu_swiglu_forward(dt_gpu *g, float *o, const float *gu, int N, int F, uint16_t *h) {
+    (void)g, dt_swiglu_forward(o, gu, N, F);
+    host_bits(o, h, (size_t)N * F);
+}
 void dt_gpu_swiglu_backward(dt_gpu *g, float *d, const float *gu, const float *o, int N, int F) { (void)g, dt_swiglu_backward(d, gu, o, N, F); }
 void dt_gpu_rope(dt_gpu *g, float *x, const float *f, int rows, int T, int heads, int d, size_t stride, int backward) {
     (void)g;
@@ -140,7 +153,10 @@ void dt_gpu_attention_unpack(dt_gpu *g, float *din, const float *dp, int BT, int
     (void)g, dt_attention_unpack(din, dp, BT, NH, KVH, hd, kv);
     free(kv);
 }
-void dt_gpu_gelu_forward(dt_gpu *g, float *o, const float *i, size_t n) { (void)g, dt_gelu_forward(o, i, n); }
+void dt_gpu_gelu_forward(dt_gpu *g, float *o, const float *i, size_t n, uint16_t *h) {
+    (void)g, dt_gelu_forward(o, i, n);
+    host_bits(o, h, n);
+}
 void dt_gpu_gelu_backward(dt_gpu *g, float *di, const float *i, const float *d, size_t n) { (void)g, dt_gelu_backward(di, i, d, n); }
 void dt_gpu_residual_forward(dt_gpu *g, float *o, const float *a, const float *b, size_t n) { (void)g, dt_residual_forward(o, a, b, n); }
 void dt_gpu_accumulate(dt_gpu *g, float *d, const float *s, size_t n) {
@@ -186,9 +202,10 @@ void dt_gpu_scale(dt_gpu *g, float *x, size_t n, float f) {
     (void)g;
     for (size_t i = 0; i < n; i++) x[i] *= f;
 }
-void dt_gpu_round_bf16(dt_gpu *g, float *d, const float *s, size_t n) {
+void dt_gpu_round_bf16(dt_gpu *g, float *d, const float *s, size_t n, uint16_t *h) {
     if (d != s) memcpy(d, s, n * sizeof(float));
     (void)g, dt_lp_round(d, n, DT_BF16);
+    host_bits(d, h, n);
 }
 void dt_gpu_pack_bf16(dt_gpu *g, uint16_t *d, const float *s, size_t n) { (void)g, dt_lp_pack(d, s, n, DT_BF16); }
 void dt_gpu_widen_bf16(dt_gpu *g, float *d, const uint16_t *s, size_t n, int add) {
@@ -197,30 +214,41 @@ void dt_gpu_widen_bf16(dt_gpu *g, float *d, const uint16_t *s, size_t n, int add
 }
 /* the CPU's 16-bit Linear, its work (whose size only sets how many weight rows it widens at once) of its own */
 #define HOST_LP_WORK ((size_t)1 << 22)
-void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *o, const float *i, const uint16_t *w, const uint16_t *b, int BT, int C, int OC,
-                                uint16_t *wk) {
-    float *work = malloc(HOST_LP_WORK * sizeof(float));
-    (void)g, (void)wk, dt_matmul_forward_lp(o, i, w, b, BT, C, OC, DT_BF16, work, HOST_LP_WORK, 0);
-    free(work);
+/* the input a Linear reads: its producer's bits where given (so that bits wired to the wrong value show), else inp */
+static const float *host_input(const float *i, const uint16_t *i16, size_t n, float **own) {
+    *own = NULL;
+    if (!i16) return i;
+    if (!(*own = malloc(n * sizeof(float)))) abort(); /* a test's few megabytes */
+    dt_lp_unpack(*own, i16, n, DT_BF16);
+    return *own;
 }
-void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *di, float *dw, float *db, float *d, const float *i, const uint16_t *w, int BT, int C,
-                                 int OC, uint16_t *w16, float *wk) {
-    float *work = malloc(HOST_LP_WORK * sizeof(float));
+void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *o, const float *i, const uint16_t *i16, const uint16_t *w, const uint16_t *b, int BT,
+                                int C, int OC, uint16_t *wk) {
+    float *work = malloc(HOST_LP_WORK * sizeof(float)), *own;
+    const float *x = host_input(i, i16, (size_t)BT * C, &own);
+    (void)g, (void)wk, dt_matmul_forward_lp(o, x, w, b, BT, C, OC, DT_BF16, work, HOST_LP_WORK, 0);
+    free(work), free(own);
+}
+void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *di, float *dw, float *db, float *d, const float *i, const uint16_t *i16,
+                                 const uint16_t *w, int BT, int C, int OC, uint16_t *w16, float *wk) {
+    float *work = malloc(HOST_LP_WORK * sizeof(float)), *own;
+    const float *x = host_input(i, i16, (size_t)BT * C, &own);
     dt_lp_round(d, (size_t)BT * OC, DT_BF16);
-    (void)g, (void)w16, (void)wk, dt_matmul_backward_lp(di, dw, db, d, i, w, BT, C, OC, DT_BF16, work, HOST_LP_WORK, 0);
-    free(work);
+    (void)g, (void)w16, (void)wk, dt_matmul_backward_lp(di, dw, db, d, x, w, BT, C, OC, DT_BF16, work, HOST_LP_WORK, 0);
+    free(work), free(own);
 }
 /* the head's halves: its sums (rounded here already: the cross-entropy reads them rounded, and rounding twice is
  * rounding once), its backward from bf16 bits */
-void dt_gpu_matmul_sums_bf16(dt_gpu *g, float *o, const float *i, const uint16_t *w, int BT, int C, int OC, uint16_t *wk) {
-    dt_gpu_matmul_forward_bf16(g, o, i, w, NULL, BT, C, OC, wk);
+void dt_gpu_matmul_sums_bf16(dt_gpu *g, float *o, const float *i, const uint16_t *i16, const uint16_t *w, int BT, int C, int OC,
+                             uint16_t *wk) {
+    dt_gpu_matmul_forward_bf16(g, o, i, i16, w, NULL, BT, C, OC, wk);
 }
-void dt_gpu_matmul_backward_bf16_from(dt_gpu *g, float *di, float *dw, const uint16_t *d16, const float *i, const uint16_t *w, int BT, int C,
-                                      int OC, uint16_t *w16, float *wk) {
+void dt_gpu_matmul_backward_bf16_from(dt_gpu *g, float *di, float *dw, const uint16_t *d16, const float *i, const uint16_t *i16,
+                                      const uint16_t *w, int BT, int C, int OC, uint16_t *w16, float *wk) {
     float *d = malloc((size_t)BT * OC * sizeof(float));
     if (!d) abort(); /* a test's few megabytes */
     dt_lp_unpack(d, d16, (size_t)BT * OC, DT_BF16);
-    dt_gpu_matmul_backward_bf16(g, di, dw, NULL, d, i, w, BT, C, OC, w16, wk);
+    dt_gpu_matmul_backward_bf16(g, di, dw, NULL, d, i, i16, w, BT, C, OC, w16, wk);
     free(d);
 }
 /* the head's 16-bit cross-entropy: the CPU's own (dt_crossentropy_forward_lp, dt_crossentropy_grad_lp) on the

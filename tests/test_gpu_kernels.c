@@ -47,8 +47,8 @@ static void matmul_bf16(dt_gpu *g) {
     uint16_t *w16 = malloc(nw * 2), *b16 = malloc((size_t)OC * 2), *x16 = malloc(nx * 2);
     float *r = random_floats(ny, 3), *gr = to_device(g, r, ny * 4), *gr2 = NULL;
     dt_gpu_alloc(g, ny * 4, (void **)&gr2);
-    dt_gpu_round_bf16(g, gr2, gr, ny);
-    dt_gpu_round_bf16(g, gr, gr, ny);
+    dt_gpu_round_bf16(g, gr2, gr, ny, NULL);
+    dt_gpu_round_bf16(g, gr, gr, ny, NULL);
     dt_lp_round(r, ny, DT_BF16);
     report_err("round to bf16 (into another buffer): dt_lp_round's bits", device_err(g, gr2, r, ny), 0);
     report_err("round to bf16 in place", device_err(g, gr, r, ny), 0);
@@ -71,11 +71,11 @@ static void matmul_bf16(dt_gpu *g) {
     size_t wf = (size_t)1 << 22;
     float *cwork = malloc(wf * 4);
     dt_matmul_forward_lp(y, x, w16, b16, BT, C, OC, DT_BF16, cwork, wf, 0);
-    dt_gpu_matmul_forward_bf16(g, gy, gx, gw16, gb16, BT, C, OC, w16d);
+    dt_gpu_matmul_forward_bf16(g, gy, gx, NULL, gw16, gb16, BT, C, OC, w16d);
     report_err("bf16 matmul forward [512 x 384] x [1152 x 384]^T + bias, rounded", device_err(g, gy, y, ny), 2e-4);
     dt_lp_round(dy, ny, DT_BF16);
     dt_matmul_backward_lp(dx, dw, db, dy, x, w16, BT, C, OC, DT_BF16, cwork, wf, 0);
-    dt_gpu_matmul_backward_bf16(g, gdx, gdw, gdb, gdy, gx, gw16, BT, C, OC, w16d, work);
+    dt_gpu_matmul_backward_bf16(g, gdx, gdw, gdb, gdy, gx, NULL, gw16, BT, C, OC, w16d, work);
     report_err("bf16 matmul backward: d(output) rounded in place", device_err(g, gdy, dy, ny), 0);
     report_err("bf16 matmul backward: d(input), added to, rounded", device_err(g, gdx, dx, nx), 2e-4);
     report_err("bf16 matmul backward: d(weight), this use's rounded, added", device_err(g, gdw, dw, nw), 2e-4);
@@ -94,7 +94,7 @@ static void layernorm_gelu_add(dt_gpu *g) {
     float *gdx = to_device(g, dx, n * 4), *gdw = to_device(g, dw, C * 4), *gdb = to_device(g, db, C * 4), *gy = to_device(g, y, n * 4);
     float *gst = to_device(g, st, 2 * BT * 4);
     dt_layernorm_forward(y, st, st + BT, x, w, b, BT, C);
-    dt_gpu_layernorm_forward(g, gy, gst, gst + BT, gx, gw, gb, BT, C);
+    dt_gpu_layernorm_forward(g, gy, gst, gst + BT, gx, gw, gb, BT, C, NULL);
     report_err("layernorm forward", device_err(g, gy, y, n), 1e-5);
     report_err("layernorm forward: mean and rstd kept", device_err(g, gst, st, 2 * BT), 1e-5);
     dt_layernorm_backward(dx, dw, db, dy, x, w, st, st + BT, BT, C);
@@ -103,7 +103,7 @@ static void layernorm_gelu_add(dt_gpu *g) {
     report_err("layernorm backward: d(weight), d(bias), added to",
                fmax(device_err(g, gdw, dw, C), device_err(g, gdb, db, C)), 1e-5);
     dt_gelu_forward(y, x, n);
-    dt_gpu_gelu_forward(g, gy, gx, n);
+    dt_gpu_gelu_forward(g, gy, gx, n, NULL);
     report_err("gelu forward (tanh)", device_err(g, gy, y, n), 1e-5);
     dt_gelu_backward(dx, x, dy, n);
     dt_gpu_gelu_backward(g, gdx, gx, gdy, n);
@@ -123,7 +123,7 @@ static void rmsnorm_swiglu(dt_gpu *g) {
     float *gx = to_device(g, x, n * 4), *gw = to_device(g, w, C * 4), *gdy = to_device(g, dy, n * 4), *gy = to_device(g, y, n * 4);
     float *grs = to_device(g, rs, BT * 4), *gdx = to_device(g, dx, n * 4), *gdw = to_device(g, dw, C * 4);
     dt_rmsnorm_forward(y, rs, x, w, BT, C, 1e-6f);
-    dt_gpu_rmsnorm_forward(g, gy, grs, gx, gw, BT, C, 1e-6f);
+    dt_gpu_rmsnorm_forward(g, gy, grs, gx, gw, BT, C, 1e-6f, NULL);
     report_err("rmsnorm forward", device_err(g, gy, y, n), 1e-5);
     report_err("rmsnorm forward: rstd kept", device_err(g, grs, rs, BT), 1e-5);
     dt_rmsnorm_backward(dx, dw, dy, x, w, rs, BT, C);
@@ -132,7 +132,7 @@ static void rmsnorm_swiglu(dt_gpu *g) {
     report_err("rmsnorm backward: d(weight), added to", device_err(g, gdw, dw, C), 1e-5);
     int F = C / 2; /* x as [BT, 2F] gate | up */
     dt_swiglu_forward(y, x, BT, F);
-    dt_gpu_swiglu_forward(g, gy, gx, BT, F);
+    dt_gpu_swiglu_forward(g, gy, gx, BT, F, NULL);
     report_err("swiglu forward", device_err(g, gy, y, (size_t)BT * F), 1e-5);
     dt_swiglu_backward(dx, x, dy, BT, F);
     dt_gpu_swiglu_backward(g, gdx, gx, gdy, BT, F);
@@ -220,7 +220,7 @@ static void attention_lse(dt_gpu *g, bool cudnn) {
         dt_gpu_alloc(g, no * 4, (void **)&gy), dt_gpu_alloc(g, nl * 4, (void **)&gl), dt_gpu_alloc(g, nl * 4, (void **)&gs);
         dt_gpu_alloc(g, rows * 8 * C * 2, (void **)&w16);
         dt_attention_forward_lse(y, lse, qkv, B, t, C, nh);
-        if (cudnn) dt_gpu_attention_forward_cudnn(g, gy, gl, gq, B, t, C, nh, w16);
+        if (cudnn) dt_gpu_attention_forward_cudnn(g, gy, gl, gq, B, t, C, nh, w16, NULL);
         else dt_gpu_attention_forward_lse(g, gy, gl, gq, B, t, C, nh);
         char what[96];
         snprintf(what, sizeof what, "%s forward (T %d, heads of %d): output", name, t, C / nh);

@@ -57,20 +57,21 @@ double dt_gpu_elapsed_ms(dt_gpu *g, int from, int to);
 #define DT_GPU_MARKS 256 /* a step's units (forward and backward) and the update, traced */
 
 /* The kernels, on device pointers, with the CPU kernels' meaning (kernels.h) unless said. Matmuls in f32 (cuBLAS's
- * plain f32, no TF32). */
+ * plain f32, no TF32). A forward kernel's bits (NULL: none): its outputs rounded to bf16 as they are written, their
+ * bits kept there too (bf16's values that a Linear reads, so that it need not pack them). */
 void dt_gpu_matmul_forward(dt_gpu *g, float *out, const float *inp, const float *w, const float *bias, int BT, int C, int OC);
 void dt_gpu_matmul_backward(dt_gpu *g, float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
                             int BT, int C, int OC);
 void dt_gpu_layernorm_forward(dt_gpu *g, float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
-                              int C);
+                              int C, uint16_t *bits);
 void dt_gpu_layernorm_backward(dt_gpu *g, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                                const float *mean, const float *rstd, int N, int C);
 /* RMSNorm (Llama's): rstd kept for backward, which adds into dinp and dw. */
-void dt_gpu_rmsnorm_forward(dt_gpu *g, float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
+void dt_gpu_rmsnorm_forward(dt_gpu *g, float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps, uint16_t *bits);
 void dt_gpu_rmsnorm_backward(dt_gpu *g, float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd,
                              int N, int C);
 /* SwiGLU on rows of [gate | up]: out[N, F] = silu(gate) * up; backward adds into dgu [N, 2F]. */
-void dt_gpu_swiglu_forward(dt_gpu *g, float *out, const float *gu, int N, int F);
+void dt_gpu_swiglu_forward(dt_gpu *g, float *out, const float *gu, int N, int F, uint16_t *bits);
 void dt_gpu_swiglu_backward(dt_gpu *g, float *dgu, const float *gu, const float *dout, int N, int F);
 /* Rotary positions in place (dt_rope_forward's turn; backward: the opposite angle): rows of `heads` heads of d
  * channels, rows row_stride floats apart, row r at position r % T; inv_freq: d / 2 device floats. */
@@ -79,7 +80,7 @@ void dt_gpu_rope(dt_gpu *g, float *x, const float *inv_freq, int rows, int T, in
  * h reads K/V head h / (NH / KVH)); unpack adds d(packed) back into d(in), each K/V head the sum of its heads'. */
 void dt_gpu_attention_pack(dt_gpu *g, float *packed, const float *in, int BT, int NH, int KVH, int hd);
 void dt_gpu_attention_unpack(dt_gpu *g, float *din, const float *dpacked, int BT, int NH, int KVH, int hd);
-void dt_gpu_gelu_forward(dt_gpu *g, float *out, const float *inp, size_t n);
+void dt_gpu_gelu_forward(dt_gpu *g, float *out, const float *inp, size_t n, uint16_t *bits);
 void dt_gpu_gelu_backward(dt_gpu *g, float *dinp, const float *inp, const float *dout, size_t n);
 void dt_gpu_residual_forward(dt_gpu *g, float *out, const float *a, const float *b, size_t n);
 /* dst += src. */
@@ -103,11 +104,12 @@ void dt_gpu_attention_backward_lse(dt_gpu *g, float *dqkv, float *scratch, const
  * q, k and v (bf16 values) packed to 16 bits in work16, the probabilities' products in bf16 with f32 sums (P rounded
  * to bf16 for P V, as PyTorch's bf16 attention does), out rounded to bf16; stats[B, NH, T] kept for backward (cuDNN's
  * own log-sum-exps), which adds d(q|k|v), each rounded to bf16, into dqkv. work16: B T x 8 C bf16 (B T x 4 C in
- * forward). cuDNN (libcudnn.so.9) is loaded at the first call, from the library path; a build without cuDNN's
+ * forward); out16 (NULL: in work16): where forward's output bits go, kept for the Linear that reads them. cuDNN (libcudnn.so.9) is loaded at the first call, from the library path; a build without cuDNN's
  * frontend headers (scripts/get-cudnn-frontend.sh), or a machine without cuDNN, fails the call by name.
  * dt_gpu_cudnn_supported: whether this build has the path, for a head of head_dim channels. */
 int dt_gpu_cudnn_supported(int head_dim);
-void dt_gpu_attention_forward_cudnn(dt_gpu *g, float *out, float *stats, const float *qkv, int B, int T, int C, int NH, uint16_t *work16);
+void dt_gpu_attention_forward_cudnn(dt_gpu *g, float *out, float *stats, const float *qkv, int B, int T, int C, int NH, uint16_t *work16,
+                                    uint16_t *out16);
 void dt_gpu_attention_backward_cudnn(dt_gpu *g, float *dqkv, const float *dout, const float *out, const float *qkv, const float *stats,
                                      int B, int T, int C, int NH, uint16_t *work16);
 /* dt_crossentropy_fused's: losses[BT] (0 where a target is below 0), and the logits overwritten by d(loss)/d(logits)
@@ -122,26 +124,28 @@ void dt_gpu_sumsq(dt_gpu *g, const float *x, size_t n, double *ss);
 void dt_gpu_scale(dt_gpu *g, float *x, size_t n, float f);
 
 /* Mixed precision (bf16, as torch.autocast and the CPU's --precision bf16): src rounded to bf16 values into dst
- * (dst == src: in place; to nearest even, dt_f32_to_bf16's bits); src's bf16 bits into dst. */
-void dt_gpu_round_bf16(dt_gpu *g, float *dst, const float *src, size_t n);
+ * (dst == src: in place; to nearest even, dt_f32_to_bf16's bits; with bits, those kept there too); src's bf16 bits
+ * into dst. */
+void dt_gpu_round_bf16(dt_gpu *g, float *dst, const float *src, size_t n, uint16_t *bits);
 void dt_gpu_pack_bf16(dt_gpu *g, uint16_t *dst, const float *src, size_t n);
 /* dst = src's bf16 values widened to f32 (add: dst += them). */
 void dt_gpu_widen_bf16(dt_gpu *g, float *dst, const uint16_t *src, size_t n, int add);
 /* dt_matmul_forward_lp's and dt_matmul_backward_lp's bf16 Linear on the tensor cores: w and bias bf16 (the
  * parameters' 16-bit copy), products bf16 with f32 sums; forward's out (bias added) rounded to bf16; backward rounds
  * dout in place first (autocast's linear receives it so), dinp += dout w then rounded whole, and dw and dbias each add
- * this use's gradient rounded to bf16. work16: BT x (C + OC) bf16 in backward (BT x C in forward); work: OC x C + OC
- * floats. */
-void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *out, const float *inp, const uint16_t *w, const uint16_t *bias, int BT, int C, int OC,
-                                uint16_t *work16);
-void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *dinp, float *dw, float *dbias, float *dout, const float *inp, const uint16_t *w,
-                                 int BT, int C, int OC, uint16_t *work16, float *work);
+ * this use's gradient rounded to bf16. inp16: inp's bf16 bits where its producer kept them (NULL: packed here into
+ * work16). work16: BT x (C + OC) bf16 in backward (BT x C in forward); work: OC x C + OC floats. */
+void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *out, const float *inp, const uint16_t *inp16, const uint16_t *w, const uint16_t *bias,
+                                int BT, int C, int OC, uint16_t *work16);
+void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *dinp, float *dw, float *dbias, float *dout, const float *inp, const uint16_t *inp16,
+                                 const uint16_t *w, int BT, int C, int OC, uint16_t *work16, float *work);
 /* The two halves of those without the rounding of forward's output and backward's dout (the head, whose
  * cross-entropy reads its sums rounded and writes its gradient as bf16 bits): out = the products' f32 sums; and
  * backward from dout's bf16 bits d16 (no bias), d16 at work16's start or elsewhere. */
-void dt_gpu_matmul_sums_bf16(dt_gpu *g, float *out, const float *inp, const uint16_t *w, int BT, int C, int OC, uint16_t *work16);
-void dt_gpu_matmul_backward_bf16_from(dt_gpu *g, float *dinp, float *dw, const uint16_t *d16, const float *inp, const uint16_t *w, int BT,
-                                      int C, int OC, uint16_t *work16, float *work);
+void dt_gpu_matmul_sums_bf16(dt_gpu *g, float *out, const float *inp, const uint16_t *inp16, const uint16_t *w, int BT, int C, int OC,
+                             uint16_t *work16);
+void dt_gpu_matmul_backward_bf16_from(dt_gpu *g, float *dinp, float *dw, const uint16_t *d16, const float *inp, const uint16_t *inp16,
+                                      const uint16_t *w, int BT, int C, int OC, uint16_t *work16, float *work);
 /* The head's cross-entropy in bf16 (autocast's): the logits read as their bf16 values (the head's output rounded),
  * forward the losses (as dt_gpu_crossentropy_fused's) and each row's maximum and sum of exponentials into stats[2 BT];
  * backward, from those, d(loss)/d(logits) times dscale (the engine's gradient scale over the scored tokens), as the

@@ -176,9 +176,10 @@ void run(dt_gpu *g, const char *what, int B, int NH, int T, int hd, bool backwar
 
 int dt_gpu_cudnn_supported(int head_dim) { return head_dim % 8 == 0 && head_dim <= 128; }
 
-void dt_gpu_attention_forward_cudnn(dt_gpu *g, float *out, float *stats, const float *qkv, int B, int T, int C, int NH, uint16_t *work16) {
+void dt_gpu_attention_forward_cudnn(dt_gpu *g, float *out, float *stats, const float *qkv, int B, int T, int C, int NH, uint16_t *work16,
+                                    uint16_t *out16) {
     size_t BT = (size_t)B * T;
-    uint16_t *q16 = work16, *o16 = work16 + BT * 3 * C;
+    uint16_t *q16 = work16, *o16 = out16 ? out16 : work16 + BT * 3 * C;
     dt_gpu_pack_bf16(g, q16, qkv, BT * 3 * C);
     std::unordered_map<int64_t, void *> ptrs = { { Q, q16 }, { K, q16 + C }, { V, q16 + 2 * C }, { O, o16 }, { STATS, stats } };
     run(g, "cuDNN attention", B, NH, T, C / NH, false, ptrs);
@@ -215,8 +216,9 @@ int dt_gpu_cudnn_supported(int head_dim) { return (void)head_dim, 0; }
 
 static const char *unbuilt = "this build has no cuDNN attention (scripts/get-cudnn-frontend.sh, then build again)";
 
-void dt_gpu_attention_forward_cudnn(dt_gpu *g, float *out, float *stats, const float *qkv, int B, int T, int C, int NH, uint16_t *work16) {
-    (void)out, (void)stats, (void)qkv, (void)B, (void)T, (void)C, (void)NH, (void)work16;
+void dt_gpu_attention_forward_cudnn(dt_gpu *g, float *out, float *stats, const float *qkv, int B, int T, int C, int NH, uint16_t *work16,
+                                    uint16_t *out16) {
+    (void)out, (void)stats, (void)qkv, (void)B, (void)T, (void)C, (void)NH, (void)work16, (void)out16;
     dt_gpu_fail(g, "cuDNN attention", unbuilt);
 }
 

@@ -161,8 +161,8 @@ void dt_gpu_decoder_destroy(dt_gpu_decoder *d) {
 static const float *W(const dt_gpu_decoder *d, int l, int k) { return k >= 0 ? d->params + d->off[l * d->nblock + k] : NULL; }
 
 static void norm(dt_gpu_decoder *d, float *out, const float *in, const float *w, const float *b, int n) {
-    if (d->v.rms) dt_gpu_rmsnorm_forward(d->g, out, d->stats, in, w, n, d->C, d->cfg.norm_eps);
-    else dt_gpu_layernorm_forward(d->g, out, d->stats, d->stats + n, in, w, b, n, d->C);
+    if (d->v.rms) dt_gpu_rmsnorm_forward(d->g, out, d->stats, in, w, n, d->C, d->cfg.norm_eps, NULL);
+    else dt_gpu_layernorm_forward(d->g, out, d->stats, d->stats + n, in, w, b, n, d->C, NULL);
 }
 
 /* Attention on in [n, q | k | v of the K/V heads]: q and k turned by position first (rotary). */
@@ -185,8 +185,8 @@ static void block(dt_gpu_decoder *d, int l, int n) {
         case DT_OP_NORM: norm(d, out, in, W(d, l, s->w), W(d, l, s->b), n); break;
         case DT_OP_LINEAR: dt_gpu_matmul_forward(d->g, out, in, W(d, l, s->w), W(d, l, s->b), n, o->width_in, o->width_out); break;
         case DT_OP_ATTENTION: attention(d, l, in, out, n); break;
-        case DT_OP_GELU: dt_gpu_gelu_forward(d->g, out, in, (size_t)n * o->width_out); break;
-        case DT_OP_SWIGLU: dt_gpu_swiglu_forward(d->g, out, in, n, o->width_out); break;
+        case DT_OP_GELU: dt_gpu_gelu_forward(d->g, out, in, (size_t)n * o->width_out, NULL); break;
+        case DT_OP_SWIGLU: dt_gpu_swiglu_forward(d->g, out, in, n, o->width_out, NULL); break;
         case DT_OP_ADD: dt_gpu_residual_forward(d->g, out, in, d->val[s->in2], (size_t)n * o->width_out); break;
         case DT_OP_MOE: break; /* refused at create */
         }

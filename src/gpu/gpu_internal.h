@@ -53,6 +53,16 @@ static __device__ __forceinline__ unsigned short bf16_bits(float f) {
 
 static __device__ __forceinline__ float bf16_value(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
 
+/* out[i] = y; with bits (bf16's outputs, for the Linear that reads them), y rounded first and its bits at bits[i] */
+static __device__ __forceinline__ void store_out(float *out, uint16_t *bits, size_t i, float y) {
+    if (bits) {
+        unsigned short h = bf16_bits(y);
+        bits[i] = h;
+        y = bf16_value(h);
+    }
+    out[i] = y;
+}
+
 #endif
 
 /* Blocks for n items at `threads` a block. */

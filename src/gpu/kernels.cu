@@ -31,11 +31,11 @@ static __device__ float block_reduce(float v, bool is_max) {
 
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 
-static __global__ void gelu_forward_k(float *out, const float *inp, size_t n) {
+static __global__ void gelu_forward_k(float *out, uint16_t *bits, const float *inp, size_t n) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
     float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+    store_out(out, bits, i, 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x))));
 }
 
 static __global__ void gelu_backward_k(float *dinp, const float *inp, const float *dout, size_t n) {
@@ -51,8 +51,8 @@ static __global__ void add_k(float *out, const float *a, const float *b, size_t 
     if (i < n) out[i] = a[i] + b[i];
 }
 
-void dt_gpu_gelu_forward(dt_gpu *g, float *out, const float *inp, size_t n) {
-    gelu_forward_k<<<dt_gpu_blocks(n, THREADS), THREADS, 0, g->stream>>>(out, inp, n);
+void dt_gpu_gelu_forward(dt_gpu *g, float *out, const float *inp, size_t n, uint16_t *bits) {
+    gelu_forward_k<<<dt_gpu_blocks(n, THREADS), THREADS, 0, g->stream>>>(out, bits, inp, n);
     dt_gpu_check_launch(g, "gelu forward");
 }
 
@@ -103,8 +103,8 @@ void dt_gpu_bias_backward(dt_gpu *g, float *dbias, const float *dout, int BT, in
 
 /* ---- LayerNorm: a warp a row ---- */
 
-static __global__ void layernorm_forward_k(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
-                                           int C) {
+static __global__ void layernorm_forward_k(float *out, uint16_t *bits, float *mean, float *rstd, const float *inp, const float *w,
+                                           const float *b, int N, int C) {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
     const float *x = inp + (size_t)row * C;
@@ -114,8 +114,8 @@ static __global__ void layernorm_forward_k(float *out, float *mean, float *rstd,
     float v = 0;
     for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
     float r = 1.0f / sqrtf(warp_sum(v) / C + 1e-5f);
-    float *o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
+    size_t o = (size_t)row * C;
+    for (int c = lane; c < C; c += 32) store_out(out, bits, o + c, (x[c] - m) * r * w[c] + b[c]);
     if (lane == 0) mean[row] = m, rstd[row] = r;
 }
 
@@ -140,8 +140,8 @@ static __global__ void layernorm_backward_k(float *dinp, const float *dout, cons
 }
 
 void dt_gpu_layernorm_forward(dt_gpu *g, float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
-                              int C) {
-    layernorm_forward_k<<<dt_gpu_blocks((size_t)N, THREADS / 32), THREADS, 0, g->stream>>>(out, mean, rstd, inp, w, b, N, C);
+                              int C, uint16_t *bits) {
+    layernorm_forward_k<<<dt_gpu_blocks((size_t)N, THREADS / 32), THREADS, 0, g->stream>>>(out, bits, mean, rstd, inp, w, b, N, C);
     dt_gpu_check_launch(g, "layernorm forward");
 }
 
@@ -154,15 +154,16 @@ void dt_gpu_layernorm_backward(dt_gpu *g, float *dinp, float *dw, float *db, con
 
 /* ---- RMSNorm: a warp a row ---- */
 
-static __global__ void rmsnorm_forward_k(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
+static __global__ void rmsnorm_forward_k(float *out, uint16_t *bits, float *rstd, const float *inp, const float *w, int N, int C,
+                                         float eps) {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
     const float *x = inp + (size_t)row * C;
     float ss = 0;
     for (int c = lane; c < C; c += 32) ss += x[c] * x[c];
     float s = 1.0f / sqrtf(warp_sum(ss) / C + eps);
-    float *o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) o[c] = x[c] * s * w[c];
+    size_t o = (size_t)row * C;
+    for (int c = lane; c < C; c += 32) store_out(out, bits, o + c, x[c] * s * w[c]);
     if (lane == 0) rstd[row] = s;
 }
 
@@ -178,8 +179,8 @@ static __global__ void rmsnorm_backward_k(float *dinp, const float *dout, const 
     for (int c = lane; c < C; c += 32) dx[c] += (w[c] * dy[c] - x[c] * s * dot) * s;
 }
 
-void dt_gpu_rmsnorm_forward(dt_gpu *g, float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
-    rmsnorm_forward_k<<<dt_gpu_blocks((size_t)N, THREADS / 32), THREADS, 0, g->stream>>>(out, rstd, inp, w, N, C, eps);
+void dt_gpu_rmsnorm_forward(dt_gpu *g, float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps, uint16_t *bits) {
+    rmsnorm_forward_k<<<dt_gpu_blocks((size_t)N, THREADS / 32), THREADS, 0, g->stream>>>(out, bits, rstd, inp, w, N, C, eps);
     dt_gpu_check_launch(g, "rmsnorm forward");
 }
 
@@ -192,12 +193,12 @@ void dt_gpu_rmsnorm_backward(dt_gpu *g, float *dinp, float *dw, const float *dou
 
 /* ---- SwiGLU ---- */
 
-static __global__ void swiglu_forward_k(float *out, const float *gu, int N, int F) {
+static __global__ void swiglu_forward_k(float *out, uint16_t *bits, const float *gu, int N, int F) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= (size_t)N * F) return;
     size_t r = i / F, j = i % F;
     float gv = gu[r * 2 * F + j], u = gu[r * 2 * F + F + j];
-    out[i] = gv / (1.0f + expf(-gv)) * u;
+    store_out(out, bits, i, gv / (1.0f + expf(-gv)) * u);
 }
 
 static __global__ void swiglu_backward_k(float *dgu, const float *gu, const float *dout, int N, int F) {
@@ -209,8 +210,8 @@ static __global__ void swiglu_backward_k(float *dgu, const float *gu, const floa
     dgu[r * 2 * F + F + j] += dy * gv * sg;
 }
 
-void dt_gpu_swiglu_forward(dt_gpu *g, float *out, const float *gu, int N, int F) {
-    swiglu_forward_k<<<dt_gpu_blocks((size_t)N * F, THREADS), THREADS, 0, g->stream>>>(out, gu, N, F);
+void dt_gpu_swiglu_forward(dt_gpu *g, float *out, const float *gu, int N, int F, uint16_t *bits) {
+    swiglu_forward_k<<<dt_gpu_blocks((size_t)N * F, THREADS), THREADS, 0, g->stream>>>(out, bits, gu, N, F);
     dt_gpu_check_launch(g, "swiglu forward");
 }
 

@@ -39,6 +39,9 @@ struct dt_gpu_lm {
     float **val;               /* [l * nvalues + v]: block l's values (IN and OUT: into stream) */
     float **stats;             /* [l * nops + k]: a norm's mean | rstd, attention's probabilities */
     float **dval;              /* [v]: one block's value gradients (IN and OUT: the two dres buffers) */
+    uint16_t **bits;           /* bf16: [l * nvalues + v]: value v's bf16 bits, where a Linear reads it and its producer (a norm,
+                                * attention, an activation) writes them (else NULL: the Linear packs it); kept for backward */
+    uint16_t *lnf16;           /* bf16: the final norm's bits, the head's input */
     float *dres[2], *lnf, *lnf_stats, *logits, *losses, *dlnf, *scratch;
     float *ce_stats;           /* bf16: each row's maximum and sum of exponentials (the head's gradient is made from them) */
     float *h_losses;           /* host: a forward's rows' losses */
@@ -103,6 +106,19 @@ static dt_status take(dt_gpu_lm *m, size_t floats, float **out) {
     return st;
 }
 
+/* Whether value x keeps its bf16 bits: a Linear reads it and the op that makes it writes them (a norm, attention, GELU
+ * or SwiGLU: each rounds its output there anyway). */
+static bool keeps_bits(const dt_program_view *v, int x) {
+    bool read = false, made = false;
+    for (int k = 0; k < v->nops; k++) {
+        dt_op_kind kind = v->ops[k].s.kind;
+        read = read || (kind == DT_OP_LINEAR && v->ops[k].s.in == x);
+        made = made || (v->ops[k].s.out == x &&
+                        (kind == DT_OP_NORM || kind == DT_OP_ATTENTION || kind == DT_OP_GELU || kind == DT_OP_SWIGLU));
+    }
+    return read && made && x != DT_V_IN && x != DT_V_OUT;
+}
+
 /* bf16's working buffers, for the widest Linear (or the head): its input and output gradient packed, its weight
  * gradient and bias sums before rounding; a norm's input rounded. */
 static dt_status take_lp_work(dt_gpu_lm *m) {
@@ -151,6 +167,11 @@ static dt_status lay_out(dt_gpu_lm *m) {
             if (kind == DT_OP_ATTENTION) st = take(m, att, &m->stats[l * v->nops + k]);
         }
         if (!st && m->repack) st = take(m, BT * 3 * m->NH * m->hd, &m->packed[l]);
+        for (int x = 0; !st && m->bf16 && x < v->nvalues; x++) {
+            void *b = NULL;
+            if (keeps_bits(v, x) && !(st = take_bytes(m, BT * v->value_width[x] * sizeof(uint16_t), &b)) && !m->counting)
+                m->bits[l * v->nvalues + x] = b;
+        }
     }
     if (!st && m->repack) st = take(m, BT * 3 * m->NH * m->hd, &m->dpacked);
     if (!st && v->rotary) st = take(m, (size_t)m->hd / 2, &m->inv_freq);
@@ -158,6 +179,8 @@ static dt_status lay_out(dt_gpu_lm *m) {
         if (x == DT_V_IN || x == DT_V_OUT) st = take(m, BT * m->C, &m->dres[x]);
         else st = take(m, BT * v->value_width[x], &m->dval[x]);
     if (!st) st = take(m, BT * m->C, &m->lnf);
+    void *lnf16 = NULL;
+    if (!st && m->bf16 && !(st = take_bytes(m, BT * m->C * sizeof(uint16_t), &lnf16)) && !m->counting) m->lnf16 = lnf16;
     if (!st) st = take(m, 2 * BT, &m->lnf_stats);
     if (!st) st = take(m, BT * m->Vp, &m->logits);
     if (!st) st = take(m, BT, &m->losses);
@@ -202,8 +225,9 @@ static dt_status make(dt_gpu *g, dt_program *p, int B, int T, dt_gpu_lm **out) {
     m->stats = calloc((size_t)m->L * m->v.nops, sizeof *m->stats);
     m->dval = calloc((size_t)m->v.nvalues, sizeof *m->dval);
     m->packed = calloc((size_t)m->L, sizeof *m->packed);
+    m->bits = calloc((size_t)m->L * m->v.nvalues, sizeof *m->bits);
     m->h_losses = malloc((size_t)B * T * sizeof(float));
-    if (!m->off || !m->val || !m->stats || !m->dval || !m->packed || !m->h_losses) st = dt_error(DT_ERR_NOMEM, "dt_gpu_lm_create: out of memory");
+    if (!m->off || !m->val || !m->stats || !m->dval || !m->packed || !m->bits || !m->h_losses) st = dt_error(DT_ERR_NOMEM, "dt_gpu_lm_create: out of memory");
     for (int l = 0; !st && l < m->L; l++)
         for (int k = 0; k < m->nblock; k++) m->off[l * m->nblock + k] = dt_program_block_tensor(p, l, k)->offset;
     m->flash_ok = flash_ok;
@@ -269,7 +293,10 @@ void dt_gpu_lm_destroy(dt_gpu_lm *m) {
     for (int i = 0; m->stats && i < m->L * m->v.nops; i++) dt_gpu_free(g, m->stats[i]);
     for (int x = 0; m->dval && x < m->v.nvalues; x++) dt_gpu_free(g, m->dval[x]);
     for (int l = 0; m->packed && l < m->L; l++) dt_gpu_free(g, m->packed[l]);
+    for (int i = 0; m->bits && i < m->L * m->v.nvalues; i++) dt_gpu_free(g, m->bits[i]);
+    dt_gpu_free(g, m->lnf16);
     free(m->packed);
+    free(m->bits);
     free(m->off);
     free(m->val);
     free(m->stats);
@@ -329,23 +356,29 @@ static float *dW(const dt_gpu_lm *m, int l, int k) { return m->grads + m->off[l 
 static uint16_t *W16(const dt_gpu_lm *m, int l, int k) { return m->params16 + m->off[l * m->nblock + k]; }
 
 /* bf16: an output rounded as autocast casts it for the next Linear */
-static void lp_round(dt_gpu_lm *m, float *x, size_t n) {
-    if (m->bf16) dt_gpu_round_bf16(m->g, x, x, n);
+/* bf16: an output rounded as autocast casts it for the next Linear, unless its kernel did (writing its bits) */
+static void lp_round(dt_gpu_lm *m, float *x, size_t n, const uint16_t *bits) {
+    if (m->bf16 && !bits) dt_gpu_round_bf16(m->g, x, x, n, NULL);
 }
 
+/* Value x of block l's bf16 bits, if kept (keeps_bits). */
+static uint16_t *bits_of(const dt_gpu_lm *m, int l, int x) { return m->bf16 ? m->bits[l * m->v.nvalues + x] : NULL; }
+
 /* A Linear's forward and backward, f32 or bf16; w and b: the block tensors' indices, b below 0 for none (l -1: the
- * head, at offset o_head). */
-static void linear_forward(dt_gpu_lm *m, float *out, const float *in, int l, int w, int b, int BT, int C, int OC) {
-    if (l < 0 && m->bf16) dt_gpu_matmul_forward_bf16(m->g, out, in, m->params16 + m->o_head, NULL, BT, C, OC, m->work16);
+ * head, at offset o_head); in16: its input's bits, where kept. */
+static void linear_forward(dt_gpu_lm *m, float *out, const float *in, const uint16_t *in16, int l, int w, int b, int BT, int C, int OC) {
+    if (l < 0 && m->bf16) dt_gpu_matmul_forward_bf16(m->g, out, in, in16, m->params16 + m->o_head, NULL, BT, C, OC, m->work16);
     else if (l < 0) dt_gpu_matmul_forward(m->g, out, in, m->params + m->o_head, NULL, BT, C, OC);
-    else if (m->bf16) dt_gpu_matmul_forward_bf16(m->g, out, in, W16(m, l, w), b >= 0 ? W16(m, l, b) : NULL, BT, C, OC, m->work16);
+    else if (m->bf16) dt_gpu_matmul_forward_bf16(m->g, out, in, in16, W16(m, l, w), b >= 0 ? W16(m, l, b) : NULL, BT, C, OC, m->work16);
     else dt_gpu_matmul_forward(m->g, out, in, W(m, l, w), b >= 0 ? W(m, l, b) : NULL, BT, C, OC);
 }
 
-static void linear_backward(dt_gpu_lm *m, float *din, float *dout, const float *in, int l, int w, int b, int BT, int C, int OC) {
+static void linear_backward(dt_gpu_lm *m, float *din, float *dout, const float *in, const uint16_t *in16, int l, int w, int b, int BT, int C,
+                            int OC) {
     float *dw = l < 0 ? m->grads + m->o_head : dW(m, l, w), *db = l >= 0 && b >= 0 ? dW(m, l, b) : NULL;
     if (m->bf16)
-        dt_gpu_matmul_backward_bf16(m->g, din, dw, db, dout, in, l < 0 ? m->params16 + m->o_head : W16(m, l, w), BT, C, OC, m->work16, m->work);
+        dt_gpu_matmul_backward_bf16(m->g, din, dw, db, dout, in, in16, l < 0 ? m->params16 + m->o_head : W16(m, l, w), BT, C, OC, m->work16,
+                                    m->work);
     else dt_gpu_matmul_backward(m->g, din, dw, db, dout, in, l < 0 ? m->params + m->o_head : W(m, l, w), BT, C, OC);
 }
 
@@ -354,13 +387,14 @@ static void op_forward(dt_gpu_lm *m, int l, int k) {
     const dt_op_spec *s = &o->s;
     int BT = m->B * m->T;
     float *in = m->val[l * m->v.nvalues + s->in], *out = m->val[l * m->v.nvalues + s->out], *st = m->stats[l * m->v.nops + k];
+    uint16_t *bits = bits_of(m, l, s->out); /* the output's, where a Linear reads it */
     switch (s->kind) {
     case DT_OP_NORM:
-        if (m->v.rms) dt_gpu_rmsnorm_forward(m->g, out, st, in, W(m, l, s->w), BT, o->width_in, m->eps);
-        else dt_gpu_layernorm_forward(m->g, out, st, st + BT, in, W(m, l, s->w), W(m, l, s->b), BT, o->width_in);
-        lp_round(m, out, (size_t)BT * o->width_out);
+        if (m->v.rms) dt_gpu_rmsnorm_forward(m->g, out, st, in, W(m, l, s->w), BT, o->width_in, m->eps, bits);
+        else dt_gpu_layernorm_forward(m->g, out, st, st + BT, in, W(m, l, s->w), W(m, l, s->b), BT, o->width_in, bits);
+        lp_round(m, out, (size_t)BT * o->width_out, bits);
         break;
-    case DT_OP_LINEAR: linear_forward(m, out, in, l, s->w, s->b, BT, o->width_in, o->width_out); break;
+    case DT_OP_LINEAR: linear_forward(m, out, in, bits_of(m, l, s->in), l, s->w, s->b, BT, o->width_in, o->width_out); break;
     case DT_OP_ATTENTION: {
         const float *qkv = in;
         if (m->repack) { /* q|k|v of all heads, q and k turned by position: kept for backward */
@@ -368,22 +402,23 @@ static void op_forward(dt_gpu_lm *m, int l, int k) {
             dt_gpu_attention_pack(m->g, m->packed[l], in, BT, m->NH, m->KVH, m->hd);
             for (int part = 0; m->v.rotary && part < 2; part++)
                 dt_gpu_rope(m->g, m->packed[l] + part * Q, m->inv_freq, BT, m->T, m->NH, m->hd, 3 * Q, 0);
-            lp_round(m, m->packed[l], (size_t)BT * 3 * Q); /* turned q and k are 16-bit values too */
+            lp_round(m, m->packed[l], (size_t)BT * 3 * Q, NULL); /* turned q and k are 16-bit values too */
             qkv = m->packed[l];
         }
-        if (m->cudnn) dt_gpu_attention_forward_cudnn(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH, m->work16);
+        /* rounded (and backward's D reads it so, as the CPU's): cuDNN's output is bf16, its bits written where kept */
+        if (m->cudnn) dt_gpu_attention_forward_cudnn(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH, m->work16, bits);
         else if (m->lse) dt_gpu_attention_forward_lse(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH);
         else dt_gpu_attention_forward(m->g, out, st, qkv, m->B, m->T, o->width_out, m->NH);
-        if (!m->cudnn) lp_round(m, out, (size_t)BT * o->width_out); /* (and backward's D reads it so, as the CPU's; cuDNN's is bf16) */
+        if (!m->cudnn && m->bf16) dt_gpu_round_bf16(m->g, out, out, (size_t)BT * o->width_out, bits);
         break;
     }
     case DT_OP_GELU:
-        dt_gpu_gelu_forward(m->g, out, in, (size_t)BT * o->width_in);
-        lp_round(m, out, (size_t)BT * o->width_out);
+        dt_gpu_gelu_forward(m->g, out, in, (size_t)BT * o->width_in, bits);
+        lp_round(m, out, (size_t)BT * o->width_out, bits);
         break;
     case DT_OP_SWIGLU:
-        dt_gpu_swiglu_forward(m->g, out, in, BT, o->width_out);
-        lp_round(m, out, (size_t)BT * o->width_out);
+        dt_gpu_swiglu_forward(m->g, out, in, BT, o->width_out, bits);
+        lp_round(m, out, (size_t)BT * o->width_out, bits);
         break;
     case DT_OP_ADD: dt_gpu_residual_forward(m->g, out, in, m->val[l * m->v.nvalues + s->in2], (size_t)BT * o->width_out); break;
     default: break; /* refused at create */
@@ -407,13 +442,13 @@ dt_status dt_gpu_lm_forward(dt_gpu_lm *m, const int32_t *inputs, const int32_t *
         mark(m, on, l + 2);
     }
     const float *x = m->stream + (size_t)m->L * BT * m->C;
-    if (m->v.rms) dt_gpu_rmsnorm_forward(m->g, m->lnf, m->lnf_stats, x, m->params + m->o_lnfw, (int)BT, m->C, m->eps);
+    if (m->v.rms) dt_gpu_rmsnorm_forward(m->g, m->lnf, m->lnf_stats, x, m->params + m->o_lnfw, (int)BT, m->C, m->eps, m->lnf16);
     else dt_gpu_layernorm_forward(m->g, m->lnf, m->lnf_stats, m->lnf_stats + BT, x, m->params + m->o_lnfw, m->params + m->lnfb->offset, (int)BT,
-                                  m->C);
-    lp_round(m, m->lnf, BT * m->C);
+                                  m->C, m->lnf16);
     /* bf16 with targets: the head's sums left unrounded, the cross-entropy reading them rounded (one pass fewer) */
-    if (m->bf16 && targets) dt_gpu_matmul_sums_bf16(m->g, m->logits, m->lnf, m->params16 + m->o_head, (int)BT, m->C, m->Vp, m->work16);
-    else linear_forward(m, m->logits, m->lnf, -1, 0, -1, (int)BT, m->C, m->Vp);
+    if (m->bf16 && targets)
+        dt_gpu_matmul_sums_bf16(m->g, m->logits, m->lnf, m->lnf16, m->params16 + m->o_head, (int)BT, m->C, m->Vp, m->work16);
+    else linear_forward(m, m->logits, m->lnf, m->lnf16, -1, 0, -1, (int)BT, m->C, m->Vp);
     if (!targets) {
         mark(m, on, m->L + 2);
         st = dt_gpu_sync(m->g);
@@ -462,13 +497,13 @@ static void op_backward(dt_gpu_lm *m, int l, int k) {
     switch (s->kind) {
     case DT_OP_NORM:
         if (m->bf16) { /* the CPU's block keeps its norms' inputs in 16 bits: backward reads them rounded */
-            dt_gpu_round_bf16(m->g, m->rin, in, (size_t)BT * o->width_in);
+            dt_gpu_round_bf16(m->g, m->rin, in, (size_t)BT * o->width_in, NULL);
             in = m->rin;
         }
         if (m->v.rms) dt_gpu_rmsnorm_backward(m->g, din, dW(m, l, s->w), dout, in, W(m, l, s->w), st, BT, o->width_in);
         else dt_gpu_layernorm_backward(m->g, din, dW(m, l, s->w), dW(m, l, s->b), dout, in, W(m, l, s->w), st, st + BT, BT, o->width_in);
         break;
-    case DT_OP_LINEAR: linear_backward(m, din, dout, in, l, s->w, s->b, BT, o->width_in, o->width_out); break;
+    case DT_OP_LINEAR: linear_backward(m, din, dout, in, bits_of(m, l, s->in), l, s->w, s->b, BT, o->width_in, o->width_out); break;
     case DT_OP_ATTENTION:
         if (!m->repack) {
             attention_backward(m, din, dout, in, l, k);
@@ -500,11 +535,11 @@ dt_status dt_gpu_lm_backward(dt_gpu_lm *m, float grad_scale) {
     if (m->bf16) { /* the scale over the scored tokens and the engine's one multiplier, as the CPU's head_backward */
         dt_gpu_crossentropy_backward_bf16(m->g, m->work16, m->logits, m->ce_stats, m->tgt, (int)BT, m->V, m->Vp,
                                           (float)(grad_scale / m->scored));
-        dt_gpu_matmul_backward_bf16_from(m->g, m->dlnf, m->grads + m->o_head, m->work16, m->lnf, m->params16 + m->o_head, (int)BT, m->C,
-                                         m->Vp, m->work16, m->work);
+        dt_gpu_matmul_backward_bf16_from(m->g, m->dlnf, m->grads + m->o_head, m->work16, m->lnf, m->lnf16, m->params16 + m->o_head, (int)BT,
+                                         m->C, m->Vp, m->work16, m->work);
     } else {
         if (grad_scale != 1.0f) dt_gpu_scale(m->g, m->logits, BT * m->Vp, grad_scale); /* forward made d(loss)/d(logits) */
-        linear_backward(m, m->dlnf, m->logits, m->lnf, -1, 0, -1, (int)BT, m->C, m->Vp);
+        linear_backward(m, m->dlnf, m->logits, m->lnf, NULL, -1, 0, -1, (int)BT, m->C, m->Vp);
     }
     dt_gpu_zero(m->g, dres, BT * C * sizeof(float));
     if (m->v.rms) dt_gpu_rmsnorm_backward(m->g, dres, m->grads + m->o_lnfw, m->dlnf, x, m->params + m->o_lnfw, m->lnf_stats, (int)BT, m->C);

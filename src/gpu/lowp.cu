@@ -34,8 +34,8 @@ static __global__ void bias_round_k(float *out, const uint16_t *bias, size_t n, 
     if (i < n) out[i] = bf16_value(bf16_bits(bias ? out[i] + bf16_value(bias[i % OC]) : out[i]));
 }
 
-void dt_gpu_round_bf16(dt_gpu *g, float *dst, const float *src, size_t n) {
-    round_k<<<dt_gpu_blocks(n, THREADS), THREADS, 0, g->stream>>>(dst, src, NULL, n);
+void dt_gpu_round_bf16(dt_gpu *g, float *dst, const float *src, size_t n, uint16_t *bits) {
+    round_k<<<dt_gpu_blocks(n, THREADS), THREADS, 0, g->stream>>>(dst, src, bits, n);
     dt_gpu_check_launch(g, "round to bf16");
 }
 
@@ -69,25 +69,26 @@ static void gemm_bf16(dt_gpu *g, const char *what, cublasOperation_t ta, cublasO
 }
 
 /* The row-major products as matmul.cu writes them (each as its transpose to column-major cuBLAS). */
-void dt_gpu_matmul_sums_bf16(dt_gpu *g, float *out, const float *inp, const uint16_t *w, int BT, int C, int OC, uint16_t *work) {
-    dt_gpu_pack_bf16(g, work, inp, (size_t)BT * C);
-    gemm_bf16(g, "bf16 matmul forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, w, C, work, C, 0.0f, out, OC);
+void dt_gpu_matmul_sums_bf16(dt_gpu *g, float *out, const float *inp, const uint16_t *inp16, const uint16_t *w, int BT, int C, int OC,
+                             uint16_t *work) {
+    if (!inp16) dt_gpu_pack_bf16(g, work, inp, (size_t)BT * C), inp16 = work;
+    gemm_bf16(g, "bf16 matmul forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, BT, C, w, C, inp16, C, 0.0f, out, OC);
 }
 
-void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *out, const float *inp, const uint16_t *w, const uint16_t *bias, int BT, int C, int OC,
-                                uint16_t *work) {
-    dt_gpu_matmul_sums_bf16(g, out, inp, w, BT, C, OC, work);
+void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *out, const float *inp, const uint16_t *inp16, const uint16_t *w, const uint16_t *bias,
+                                int BT, int C, int OC, uint16_t *work) {
+    dt_gpu_matmul_sums_bf16(g, out, inp, inp16, w, BT, C, OC, work);
     size_t n = (size_t)BT * OC;
     bias_round_k<<<dt_gpu_blocks(n, THREADS), THREADS, 0, g->stream>>>(out, bias, n, OC);
     dt_gpu_check_launch(g, "bf16 matmul output");
 }
 
-void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *dinp, float *dw, float *dbias, float *dout, const float *inp, const uint16_t *w,
-                                 int BT, int C, int OC, uint16_t *work16, float *work) {
+void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *dinp, float *dw, float *dbias, float *dout, const float *inp, const uint16_t *inp16,
+                                 const uint16_t *w, int BT, int C, int OC, uint16_t *work16, float *work) {
     size_t nd = (size_t)BT * OC;
     round_k<<<dt_gpu_blocks(nd, THREADS), THREADS, 0, g->stream>>>(dout, dout, work16, nd);
     dt_gpu_check_launch(g, "bf16 output gradient");
-    dt_gpu_matmul_backward_bf16_from(g, dinp, dw, work16, inp, w, BT, C, OC, work16, work);
+    dt_gpu_matmul_backward_bf16_from(g, dinp, dw, work16, inp, inp16, w, BT, C, OC, work16, work);
     if (dbias) {
         float *sum = work + (size_t)OC * C;
         dt_gpu_zero(g, sum, (size_t)OC * sizeof(float));
@@ -96,15 +97,19 @@ void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *dinp, float *dw, float *dbias
     }
 }
 
-void dt_gpu_matmul_backward_bf16_from(dt_gpu *g, float *dinp, float *dw, const uint16_t *d16, const float *inp, const uint16_t *w, int BT,
-                                      int C, int OC, uint16_t *work16, float *work) {
-    uint16_t *a16 = work16 + (size_t)BT * OC;
+void dt_gpu_matmul_backward_bf16_from(dt_gpu *g, float *dinp, float *dw, const uint16_t *d16, const float *inp, const uint16_t *inp16,
+                                      const uint16_t *w, int BT, int C, int OC, uint16_t *work16, float *work) {
     if (dinp) {
         gemm_bf16(g, "bf16 matmul backward (input)", CUBLAS_OP_N, CUBLAS_OP_N, C, BT, OC, w, C, d16, OC, 1.0f, dinp, C);
-        dt_gpu_round_bf16(g, dinp, dinp, (size_t)BT * C);
+        dt_gpu_round_bf16(g, dinp, dinp, (size_t)BT * C, NULL);
     }
     if (dw) {
-        dt_gpu_pack_bf16(g, a16, inp, (size_t)BT * C);
+        const uint16_t *a16 = inp16;
+        if (!a16) { /* packed after d16 (at work16's start when the caller rounded dout there) */
+            uint16_t *p = work16 + (size_t)BT * OC;
+            dt_gpu_pack_bf16(g, p, inp, (size_t)BT * C);
+            a16 = p;
+        }
         gemm_bf16(g, "bf16 matmul backward (weight)", CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, a16, C, d16, OC, 0.0f, work, C);
         round_add(g, dw, work, (size_t)OC * C);
     }

@@ -24,8 +24,8 @@ void dt_gpu_attention_backward_lse(dt_gpu *g, float *dq, float *s, const float *
     (void)g, (void)dq, (void)s, (void)d, (void)o, (void)q, (void)l, (void)B, (void)T, (void)C, (void)NH;
 }
 int dt_gpu_cudnn_supported(int head_dim) { return (void)head_dim, 0; }
-void dt_gpu_attention_forward_cudnn(dt_gpu *g, float *o, float *s, const float *q, int B, int T, int C, int NH, uint16_t *w) {
-    (void)g, (void)o, (void)s, (void)q, (void)B, (void)T, (void)C, (void)NH, (void)w;
+void dt_gpu_attention_forward_cudnn(dt_gpu *g, float *o, float *s, const float *q, int B, int T, int C, int NH, uint16_t *w, uint16_t *o16) {
+    (void)g, (void)o, (void)s, (void)q, (void)B, (void)T, (void)C, (void)NH, (void)w, (void)o16;
 }
 void dt_gpu_attention_backward_cudnn(dt_gpu *g, float *dq, const float *d, const float *o, const float *q, const float *s, int B, int T,
                                      int C, int NH, uint16_t *w) {
@@ -63,20 +63,23 @@ void dt_gpu_matmul_backward(dt_gpu *g, float *di, float *dw, float *db, const fl
                             int OC) {
     (void)g, (void)di, (void)dw, (void)db, (void)d, (void)i, (void)w, (void)BT, (void)C, (void)OC;
 }
-void dt_gpu_layernorm_forward(dt_gpu *g, float *o, float *m, float *r, const float *i, const float *w, const float *b, int N, int C) {
-    (void)g, (void)o, (void)m, (void)r, (void)i, (void)w, (void)b, (void)N, (void)C;
+void dt_gpu_layernorm_forward(dt_gpu *g, float *o, float *m, float *r, const float *i, const float *w, const float *b, int N, int C,
+                              uint16_t *h) {
+    (void)g, (void)o, (void)m, (void)r, (void)i, (void)w, (void)b, (void)N, (void)C, (void)h;
 }
 void dt_gpu_layernorm_backward(dt_gpu *g, float *di, float *dw, float *db, const float *d, const float *i, const float *w,
                                const float *m, const float *r, int N, int C) {
     (void)g, (void)di, (void)dw, (void)db, (void)d, (void)i, (void)w, (void)m, (void)r, (void)N, (void)C;
 }
-void dt_gpu_rmsnorm_forward(dt_gpu *g, float *o, float *r, const float *i, const float *w, int N, int C, float eps) {
-    (void)g, (void)o, (void)r, (void)i, (void)w, (void)N, (void)C, (void)eps;
+void dt_gpu_rmsnorm_forward(dt_gpu *g, float *o, float *r, const float *i, const float *w, int N, int C, float eps, uint16_t *h) {
+    (void)g, (void)o, (void)r, (void)i, (void)w, (void)N, (void)C, (void)eps, (void)h;
 }
 void dt_gpu_rmsnorm_backward(dt_gpu *g, float *di, float *dw, const float *d, const float *i, const float *w, const float *r, int N, int C) {
     (void)g, (void)di, (void)dw, (void)d, (void)i, (void)w, (void)r, (void)N, (void)C;
 }
-void dt_gpu_swiglu_forward(dt_gpu *g, float *o, const float *gu, int N, int F) { (void)g, (void)o, (void)gu, (void)N, (void)F; }
+void dt_gpu_swiglu_forward(dt_gpu *g, float *o, const float *gu, int N, int F, uint16_t *h) {
+    (void)g, (void)o, (void)gu, (void)N, (void)F, (void)h;
+}
 void dt_gpu_swiglu_backward(dt_gpu *g, float *d, const float *gu, const float *o, int N, int F) {
     (void)g, (void)d, (void)gu, (void)o, (void)N, (void)F;
 }
@@ -89,7 +92,7 @@ void dt_gpu_attention_pack(dt_gpu *g, float *p, const float *i, int BT, int NH, 
 void dt_gpu_attention_unpack(dt_gpu *g, float *d, const float *p, int BT, int NH, int KVH, int hd) {
     (void)g, (void)d, (void)p, (void)BT, (void)NH, (void)KVH, (void)hd;
 }
-void dt_gpu_gelu_forward(dt_gpu *g, float *o, const float *i, size_t n) { (void)g, (void)o, (void)i, (void)n; }
+void dt_gpu_gelu_forward(dt_gpu *g, float *o, const float *i, size_t n, uint16_t *h) { (void)g, (void)o, (void)i, (void)n, (void)h; }
 void dt_gpu_gelu_backward(dt_gpu *g, float *di, const float *i, const float *d, size_t n) { (void)g, (void)di, (void)i, (void)d, (void)n; }
 void dt_gpu_residual_forward(dt_gpu *g, float *o, const float *a, const float *b, size_t n) { (void)g, (void)o, (void)a, (void)b, (void)n; }
 void dt_gpu_accumulate(dt_gpu *g, float *d, const float *s, size_t n) { (void)g, (void)d, (void)s, (void)n; }
@@ -115,14 +118,15 @@ void dt_gpu_adamw(dt_gpu *g, float *p, const float *gr, float gs, float *m, floa
 }
 void dt_gpu_sumsq(dt_gpu *g, const float *x, size_t n, double *ss) { (void)g, (void)x, (void)n, (void)ss; }
 void dt_gpu_scale(dt_gpu *g, float *x, size_t n, float f) { (void)g, (void)x, (void)n, (void)f; }
-void dt_gpu_round_bf16(dt_gpu *g, float *d, const float *s, size_t n) { (void)g, (void)d, (void)s, (void)n; }
+void dt_gpu_round_bf16(dt_gpu *g, float *d, const float *s, size_t n, uint16_t *h) { (void)g, (void)d, (void)s, (void)n, (void)h; }
 void dt_gpu_pack_bf16(dt_gpu *g, uint16_t *d, const float *s, size_t n) { (void)g, (void)d, (void)s, (void)n; }
-void dt_gpu_matmul_sums_bf16(dt_gpu *g, float *o, const float *i, const uint16_t *w, int BT, int C, int OC, uint16_t *wk) {
-    (void)g, (void)o, (void)i, (void)w, (void)BT, (void)C, (void)OC, (void)wk;
+void dt_gpu_matmul_sums_bf16(dt_gpu *g, float *o, const float *i, const uint16_t *i16, const uint16_t *w, int BT, int C, int OC,
+                             uint16_t *wk) {
+    (void)g, (void)o, (void)i, (void)i16, (void)w, (void)BT, (void)C, (void)OC, (void)wk;
 }
-void dt_gpu_matmul_backward_bf16_from(dt_gpu *g, float *di, float *dw, const uint16_t *d, const float *i, const uint16_t *w, int BT, int C,
-                                      int OC, uint16_t *w16, float *wk) {
-    (void)g, (void)di, (void)dw, (void)d, (void)i, (void)w, (void)BT, (void)C, (void)OC, (void)w16, (void)wk;
+void dt_gpu_matmul_backward_bf16_from(dt_gpu *g, float *di, float *dw, const uint16_t *d, const float *i, const uint16_t *i16,
+                                      const uint16_t *w, int BT, int C, int OC, uint16_t *w16, float *wk) {
+    (void)g, (void)di, (void)dw, (void)d, (void)i, (void)i16, (void)w, (void)BT, (void)C, (void)OC, (void)w16, (void)wk;
 }
 void dt_gpu_crossentropy_forward_bf16(dt_gpu *g, const float *l, float *ls, float *st, const int32_t *t, int BT, int V, int Vp) {
     (void)g, (void)l, (void)ls, (void)st, (void)t, (void)BT, (void)V, (void)Vp;
@@ -132,13 +136,13 @@ void dt_gpu_crossentropy_backward_bf16(dt_gpu *g, uint16_t *d, const float *l, c
     (void)g, (void)d, (void)l, (void)st, (void)t, (void)BT, (void)V, (void)Vp, (void)s;
 }
 void dt_gpu_widen_bf16(dt_gpu *g, float *d, const uint16_t *s, size_t n, int add) { (void)g, (void)d, (void)s, (void)n, (void)add; }
-void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *o, const float *i, const uint16_t *w, const uint16_t *b, int BT, int C, int OC,
-                                uint16_t *wk) {
-    (void)g, (void)o, (void)i, (void)w, (void)b, (void)BT, (void)C, (void)OC, (void)wk;
+void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *o, const float *i, const uint16_t *i16, const uint16_t *w, const uint16_t *b, int BT,
+                                int C, int OC, uint16_t *wk) {
+    (void)g, (void)o, (void)i, (void)i16, (void)w, (void)b, (void)BT, (void)C, (void)OC, (void)wk;
 }
-void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *di, float *dw, float *db, float *d, const float *i, const uint16_t *w, int BT, int C,
-                                 int OC, uint16_t *w16, float *wk) {
-    (void)g, (void)di, (void)dw, (void)db, (void)d, (void)i, (void)w, (void)BT, (void)C, (void)OC, (void)w16, (void)wk;
+void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *di, float *dw, float *db, float *d, const float *i, const uint16_t *i16,
+                                 const uint16_t *w, int BT, int C, int OC, uint16_t *w16, float *wk) {
+    (void)g, (void)di, (void)dw, (void)db, (void)d, (void)i, (void)i16, (void)w, (void)BT, (void)C, (void)OC, (void)w16, (void)wk;
 }
 dt_status dt_gpu_measure_gemm(dt_gpu *g, int bf16, int M, int N, int K, double *t) {
     return (void)g, (void)bf16, (void)M, (void)N, (void)K, (void)t, none();
