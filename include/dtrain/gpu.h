@@ -108,6 +108,7 @@ void dt_gpu_attention_backward_lse(dt_gpu *g, float *dqkv, float *scratch, const
  * frontend headers (scripts/get-cudnn-frontend.sh), or a machine without cuDNN, fails the call by name.
  * dt_gpu_cudnn_supported: whether this build has the path, for a head of head_dim channels. */
 int dt_gpu_cudnn_supported(int head_dim);
+#define DT_GPU_CUDNN_WORKSPACE ((size_t)256 << 20) /* the most workspace cuDNN's graphs take by default */
 void dt_gpu_attention_forward_cudnn(dt_gpu *g, float *out, float *stats, const float *qkv, int B, int T, int C, int NH, uint16_t *work16,
                                     uint16_t *out16);
 void dt_gpu_attention_backward_cudnn(dt_gpu *g, float *dqkv, const float *dout, const float *out, const float *qkv, const float *stats,

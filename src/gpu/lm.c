@@ -187,6 +187,9 @@ static dt_status lay_out(dt_gpu_lm *m) {
     if (!st && m->bf16) st = take(m, 2 * BT, &m->ce_stats);
     if (!st) st = take(m, BT * m->C, &m->dlnf);
     if (!st) st = take(m, m->lse ? (size_t)m->B * m->NH * m->T : (size_t)m->NH * m->T * m->T, &m->scratch);
+    /* cuDNN's workspace, which its graphs ask for when built (attention_cudnn.cpp allocates it then): counted at the
+     * most cuDNN takes by default, so that the pre-flight's refusal still comes first */
+    if (m->counting && m->cudnn) m->need += DT_GPU_CUDNN_WORKSPACE;
     return st;
 }
 
