@@ -114,16 +114,32 @@ void dt_gpu_layernorm_forward(dt_gpu *g, float *o, float *m, float *r, const flo
     (void)g, dt_layernorm_forward(o, m, r, i, w, b, N, C);
     host_bits(o, h, (size_t)N * C);
 }
+/* a norm's backward input, rounded to bf16 where asked (in a copy) */
+static const float *host_rounded(const float *i, size_t n, int round, float **own) {
+    *own = NULL;
+    if (!round) return i;
+    if (!(*own = malloc(n * sizeof(float)))) abort(); /* a test's few megabytes */
+    memcpy(*own, i, n * sizeof(float));
+    dt_lp_round(*own, n, DT_BF16);
+    return *own;
+}
 void dt_gpu_layernorm_backward(dt_gpu *g, float *di, float *dw, float *db, const float *d, const float *i, const float *w,
-                               const float *m, const float *r, int N, int C) {
-    (void)g, dt_layernorm_backward(di, dw, db, d, i, w, m, r, N, C);
+                               const float *m, const float *r, int N, int C, int round_in) {
+    float *own;
+    const float *x = host_rounded(i, (size_t)N * C, round_in, &own);
+    (void)g, dt_layernorm_backward(di, dw, db, d, x, w, m, r, N, C);
+    free(own);
 }
 void dt_gpu_rmsnorm_forward(dt_gpu *g, float *o, float *r, const float *i, const float *w, int N, int C, float eps, uint16_t *h) {
     (void)g, dt_rmsnorm_forward(o, r, i, w, N, C, eps);
     host_bits(o, h, (size_t)N * C);
 }
-void dt_gpu_rmsnorm_backward(dt_gpu *g, float *di, float *dw, const float *d, const float *i, const float *w, const float *r, int N, int C) {
-    (void)g, dt_rmsnorm_backward(di, dw, d, i, w, r, N, C);
+void dt_gpu_rmsnorm_backward(dt_gpu *g, float *di, float *dw, const float *d, const float *i, const float *w, const float *r, int N, int C,
+                             int round_in) {
+    float *own;
+    const float *x = host_rounded(i, (size_t)N * C, round_in, &own);
+    (void)g, dt_rmsnorm_backward(di, dw, d, x, w, r, N, C);
+    free(own);
 }
 void dt_gpu_swiglu_forward(dt_gpu *g, float *o, const float *gu, int N, int F, uint16_t *h) {
     (void)g, dt_swiglu_forward(o, gu, N, F);

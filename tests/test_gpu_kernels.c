@@ -86,6 +86,21 @@ static void matmul_bf16(dt_gpu *g) {
     for (size_t i = 0; i < sizeof host / sizeof *host; i++) free(host[i]);
 }
 
+/* A forward kernel's bf16 output (bits given): f32 output y_dev of the same kernel without bits, rounded, against the
+ * output with bits (equal but where the two runs' last bits differ: none here, the same kernel), and the bits the
+ * rounded floats' own. */
+static void check_bits(dt_gpu *g, const char *what, const float *gy, const uint16_t *gbits, const float *unrounded, size_t n) {
+    float *y = malloc(n * 4), *r = malloc(n * 4);
+    uint16_t *bits = malloc(n * 2), *want = malloc(n * 2);
+    bool ok = !dt_gpu_sync(g) && !dt_gpu_download(g, y, gy, n * 4) && !dt_gpu_download(g, bits, gbits, n * 2);
+    memcpy(r, unrounded, n * 4);
+    dt_lp_round(r, n, DT_BF16);
+    dt_lp_pack(want, y, n, DT_BF16);
+    ok = ok && !memcmp(y, r, n * 4) && !memcmp(bits, want, n * 2);
+    check(what, ok, ok ? "its output rounded, the bits its own" : "differ");
+    free(y), free(r), free(bits), free(want);
+}
+
 static void layernorm_gelu_add(dt_gpu *g) {
     size_t n = (size_t)BT * C;
     float *x = random_floats(n, 2), *w = random_floats(C, 1), *b = random_floats(C, 0.5f), *dy = random_floats(n, 1);
@@ -98,13 +113,31 @@ static void layernorm_gelu_add(dt_gpu *g) {
     report_err("layernorm forward", device_err(g, gy, y, n), 1e-5);
     report_err("layernorm forward: mean and rstd kept", device_err(g, gst, st, 2 * BT), 1e-5);
     dt_layernorm_backward(dx, dw, db, dy, x, w, st, st + BT, BT, C);
-    dt_gpu_layernorm_backward(g, gdx, gdw, gdb, gdy, gx, gw, gst, gst + BT, BT, C);
+    dt_gpu_layernorm_backward(g, gdx, gdw, gdb, gdy, gx, gw, gst, gst + BT, BT, C, 0);
     report_err("layernorm backward: d(input), added to", device_err(g, gdx, dx, n), 1e-5);
     report_err("layernorm backward: d(weight), d(bias), added to",
                fmax(device_err(g, gdw, dw, C), device_err(g, gdb, db, C)), 1e-5);
+    /* bf16: the output with its bits; backward reading its input rounded */
+    uint16_t *gbits = NULL;
+    float *unrounded = malloc(n * 4), *xr = malloc(n * 4);
+    dt_gpu_alloc(g, n * 2, (void **)&gbits);
+    dt_gpu_sync(g), dt_gpu_download(g, unrounded, gy, n * 4);
+    dt_gpu_layernorm_forward(g, gy, gst, gst + BT, gx, gw, gb, BT, C, gbits);
+    check_bits(g, "layernorm forward with bits", gy, gbits, unrounded, n);
+    memcpy(xr, x, n * 4);
+    dt_lp_round(xr, n, DT_BF16);
+    dt_layernorm_backward(dx, dw, db, dy, xr, w, st, st + BT, BT, C);
+    dt_gpu_layernorm_backward(g, gdx, gdw, gdb, gdy, gx, gw, gst, gst + BT, BT, C, 1);
+    report_err("layernorm backward, its input read as bf16: d(input), added to", device_err(g, gdx, dx, n), 1e-5);
+    report_err("layernorm backward, its input read as bf16: d(weight), d(bias)", fmax(device_err(g, gdw, dw, C), device_err(g, gdb, db, C)),
+               1e-5);
     dt_gelu_forward(y, x, n);
     dt_gpu_gelu_forward(g, gy, gx, n, NULL);
     report_err("gelu forward (tanh)", device_err(g, gy, y, n), 1e-5);
+    dt_gpu_sync(g), dt_gpu_download(g, unrounded, gy, n * 4);
+    dt_gpu_gelu_forward(g, gy, gx, n, gbits);
+    check_bits(g, "gelu forward with bits", gy, gbits, unrounded, n);
+    dt_gpu_free(g, gbits), free(unrounded), free(xr);
     dt_gelu_backward(dx, x, dy, n);
     dt_gpu_gelu_backward(g, gdx, gx, gdy, n);
     report_err("gelu backward, added to", device_err(g, gdx, dx, n), 1e-5);
@@ -127,7 +160,7 @@ static void rmsnorm_swiglu(dt_gpu *g) {
     report_err("rmsnorm forward", device_err(g, gy, y, n), 1e-5);
     report_err("rmsnorm forward: rstd kept", device_err(g, grs, rs, BT), 1e-5);
     dt_rmsnorm_backward(dx, dw, dy, x, w, rs, BT, C);
-    dt_gpu_rmsnorm_backward(g, gdx, gdw, gdy, gx, gw, grs, BT, C);
+    dt_gpu_rmsnorm_backward(g, gdx, gdw, gdy, gx, gw, grs, BT, C, 0);
     report_err("rmsnorm backward: d(input), added to", device_err(g, gdx, dx, n), 1e-5);
     report_err("rmsnorm backward: d(weight), added to", device_err(g, gdw, dw, C), 1e-5);
     int F = C / 2; /* x as [BT, 2F] gate | up */

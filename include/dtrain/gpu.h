@@ -64,12 +64,13 @@ void dt_gpu_matmul_backward(dt_gpu *g, float *dinp, float *dw, float *dbias, con
                             int BT, int C, int OC);
 void dt_gpu_layernorm_forward(dt_gpu *g, float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N,
                               int C, uint16_t *bits);
+/* round_in: inp read as its bf16 values (bf16's block keeps its norms' inputs in 16 bits for backward) */
 void dt_gpu_layernorm_backward(dt_gpu *g, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                               const float *mean, const float *rstd, int N, int C);
+                               const float *mean, const float *rstd, int N, int C, int round_in);
 /* RMSNorm (Llama's): rstd kept for backward, which adds into dinp and dw. */
 void dt_gpu_rmsnorm_forward(dt_gpu *g, float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps, uint16_t *bits);
 void dt_gpu_rmsnorm_backward(dt_gpu *g, float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd,
-                             int N, int C);
+                             int N, int C, int round_in);
 /* SwiGLU on rows of [gate | up]: out[N, F] = silu(gate) * up; backward adds into dgu [N, 2F]. */
 void dt_gpu_swiglu_forward(dt_gpu *g, float *out, const float *gu, int N, int F, uint16_t *bits);
 void dt_gpu_swiglu_backward(dt_gpu *g, float *dgu, const float *gu, const float *dout, int N, int F);

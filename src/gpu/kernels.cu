@@ -75,8 +75,13 @@ void dt_gpu_accumulate(dt_gpu *g, float *dst, const float *src, size_t n) {
 
 /* db[c] += sum over rows of dy[r, c] (db NULL: not wanted); with rstd also dw[c] += sum of dy * (x - mean) * rstd
  * (LayerNorm's; mean NULL: RMSNorm's x * rstd). A block takes THREADS columns of ROWS_PER_BLOCK rows. */
-static __global__ void column_sums_k(float *dw, float *db, const float *dy, const float *x, const float *mean, const float *rstd, int N,
-                                     int C) {
+/* x[i], or its bf16 value (a norm's backward in bf16 reads its input so) */
+static __device__ __forceinline__ float input_at(const float *x, size_t i, int round) {
+    return round ? bf16_value(bf16_bits(x[i])) : x[i];
+}
+
+static __global__ void column_sums_k(float *dw, float *db, const float *dy, const float *x, int round, const float *mean, const float *rstd,
+                                     int N, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, r0 = blockIdx.y * ROWS_PER_BLOCK;
     if (c >= C) return;
     int r1 = min(N, r0 + ROWS_PER_BLOCK);
@@ -84,21 +89,21 @@ static __global__ void column_sums_k(float *dw, float *db, const float *dy, cons
     for (int r = r0; r < r1; r++) {
         float d = dy[(size_t)r * C + c];
         sb += d;
-        if (rstd) sw += d * (x[(size_t)r * C + c] - (mean ? mean[r] : 0.0f)) * rstd[r];
+        if (rstd) sw += d * (input_at(x, (size_t)r * C + c, round) - (mean ? mean[r] : 0.0f)) * rstd[r];
     }
     if (db) atomicAdd(db + c, sb);
     if (rstd && dw) atomicAdd(dw + c, sw);
 }
 
-static void column_sums(dt_gpu *g, float *dw, float *db, const float *dy, const float *x, const float *mean, const float *rstd, int N,
-                        int C, const char *what) {
+static void column_sums(dt_gpu *g, float *dw, float *db, const float *dy, const float *x, int round, const float *mean, const float *rstd,
+                        int N, int C, const char *what) {
     dim3 grid(dt_gpu_blocks((size_t)C, THREADS), dt_gpu_blocks((size_t)N, ROWS_PER_BLOCK));
-    column_sums_k<<<grid, THREADS, 0, g->stream>>>(dw, db, dy, x, mean, rstd, N, C);
+    column_sums_k<<<grid, THREADS, 0, g->stream>>>(dw, db, dy, x, round, mean, rstd, N, C);
     dt_gpu_check_launch(g, what);
 }
 
 void dt_gpu_bias_backward(dt_gpu *g, float *dbias, const float *dout, int BT, int OC) {
-    column_sums(g, NULL, dbias, dout, NULL, NULL, NULL, BT, OC, "bias backward");
+    column_sums(g, NULL, dbias, dout, NULL, 0, NULL, NULL, BT, OC, "bias backward");
 }
 
 /* ---- LayerNorm: a warp a row ---- */
@@ -119,14 +124,14 @@ static __global__ void layernorm_forward_k(float *out, uint16_t *bits, float *me
     if (lane == 0) mean[row] = m, rstd[row] = r;
 }
 
-static __global__ void layernorm_backward_k(float *dinp, const float *dout, const float *inp, const float *w, const float *mean,
+static __global__ void layernorm_backward_k(float *dinp, const float *dout, const float *inp, int round, const float *w, const float *mean,
                                             const float *rstd, int N, int C) {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
     const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
     float m = mean[row], r = rstd[row], a = 0, b = 0;
     for (int c = lane; c < C; c += 32) {
-        float norm = (x[c] - m) * r, dn = w[c] * dy[c];
+        float norm = (input_at(x, c, round) - m) * r, dn = w[c] * dy[c];
         a += dn;
         b += dn * norm;
     }
@@ -134,7 +139,7 @@ static __global__ void layernorm_backward_k(float *dinp, const float *dout, cons
     b = warp_sum(b) / C;
     float *dx = dinp + (size_t)row * C;
     for (int c = lane; c < C; c += 32) {
-        float norm = (x[c] - m) * r;
+        float norm = (input_at(x, c, round) - m) * r;
         dx[c] += (w[c] * dy[c] - a - norm * b) * r;
     }
 }
@@ -146,10 +151,10 @@ void dt_gpu_layernorm_forward(dt_gpu *g, float *out, float *mean, float *rstd, c
 }
 
 void dt_gpu_layernorm_backward(dt_gpu *g, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                               const float *mean, const float *rstd, int N, int C) {
-    layernorm_backward_k<<<dt_gpu_blocks((size_t)N, THREADS / 32), THREADS, 0, g->stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
+                               const float *mean, const float *rstd, int N, int C, int round_in) {
+    layernorm_backward_k<<<dt_gpu_blocks((size_t)N, THREADS / 32), THREADS, 0, g->stream>>>(dinp, dout, inp, round_in, w, mean, rstd, N, C);
     dt_gpu_check_launch(g, "layernorm backward");
-    column_sums(g, dw, db, dout, inp, mean, rstd, N, C, "layernorm weight gradients");
+    column_sums(g, dw, db, dout, inp, round_in, mean, rstd, N, C, "layernorm weight gradients");
 }
 
 /* ---- RMSNorm: a warp a row ---- */
@@ -167,16 +172,16 @@ static __global__ void rmsnorm_forward_k(float *out, uint16_t *bits, float *rstd
     if (lane == 0) rstd[row] = s;
 }
 
-static __global__ void rmsnorm_backward_k(float *dinp, const float *dout, const float *inp, const float *w, const float *rstd, int N,
-                                          int C) {
+static __global__ void rmsnorm_backward_k(float *dinp, const float *dout, const float *inp, int round, const float *w, const float *rstd,
+                                          int N, int C) {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
     const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
     float s = rstd[row], dot = 0;
-    for (int c = lane; c < C; c += 32) dot += w[c] * dy[c] * x[c] * s;
+    for (int c = lane; c < C; c += 32) dot += w[c] * dy[c] * input_at(x, c, round) * s;
     dot = warp_sum(dot) / C;
     float *dx = dinp + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) dx[c] += (w[c] * dy[c] - x[c] * s * dot) * s;
+    for (int c = lane; c < C; c += 32) dx[c] += (w[c] * dy[c] - input_at(x, c, round) * s * dot) * s;
 }
 
 void dt_gpu_rmsnorm_forward(dt_gpu *g, float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps, uint16_t *bits) {
@@ -185,10 +190,10 @@ void dt_gpu_rmsnorm_forward(dt_gpu *g, float *out, float *rstd, const float *inp
 }
 
 void dt_gpu_rmsnorm_backward(dt_gpu *g, float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd,
-                             int N, int C) {
-    rmsnorm_backward_k<<<dt_gpu_blocks((size_t)N, THREADS / 32), THREADS, 0, g->stream>>>(dinp, dout, inp, w, rstd, N, C);
+                             int N, int C, int round_in) {
+    rmsnorm_backward_k<<<dt_gpu_blocks((size_t)N, THREADS / 32), THREADS, 0, g->stream>>>(dinp, dout, inp, round_in, w, rstd, N, C);
     dt_gpu_check_launch(g, "rmsnorm backward");
-    column_sums(g, dw, NULL, dout, inp, NULL, rstd, N, C, "rmsnorm weight gradient");
+    column_sums(g, dw, NULL, dout, inp, round_in, NULL, rstd, N, C, "rmsnorm weight gradient");
 }
 
 /* ---- SwiGLU ---- */

@@ -32,7 +32,7 @@ struct dt_gpu_lm {
     float **packed, *dpacked;  /* with repack: each block's q|k|v of all heads [BT, 3 Q], kept; its gradient */
     float *params, *grads, *m, *vv; /* device */
     uint16_t *params16, *work16; /* bf16: the parameters' copy; a Linear's packed input and output gradient */
-    float *work, *rin;         /* bf16: a Linear's weight gradient before its rounding; a norm's input, rounded */
+    float *work;               /* bf16: a Linear's weight gradient before its rounding */
     double *ss;                /* device: the last step's gradient sum of squares */
     int32_t *tok, *tgt;        /* device */
     float *stream;             /* (L + 1) x BT x C: each block's input, then the last block's output */
@@ -120,7 +120,7 @@ static bool keeps_bits(const dt_program_view *v, int x) {
 }
 
 /* bf16's working buffers, for the widest Linear (or the head): its input and output gradient packed, its weight
- * gradient and bias sums before rounding; a norm's input rounded. */
+ * gradient and bias sums before rounding. */
 static dt_status take_lp_work(dt_gpu_lm *m) {
     size_t BT = (size_t)m->B * m->T, io = (size_t)m->C + m->Vp, wk = (size_t)m->Vp * m->C + m->Vp;
     for (int k = 0; k < m->v.nops; k++) {
@@ -136,7 +136,6 @@ static dt_status take_lp_work(dt_gpu_lm *m) {
     dt_status st = take_bytes(m, BT * io * sizeof(uint16_t), &w16);
     if (!st && !m->counting) m->work16 = w16;
     if (!st) st = take(m, wk, &m->work);
-    if (!st) st = take(m, BT * m->C, &m->rin);
     return st;
 }
 
@@ -284,7 +283,7 @@ void dt_gpu_lm_destroy(dt_gpu_lm *m) {
     dt_gpu *g = m->g;
     if (m->staged_pinned) dt_gpu_host_pin(g, m->staged, m->n * sizeof(float), 0);
     float *bufs[] = { m->params, m->grads, m->m, m->vv, m->stream, m->dres[0], m->dres[1], m->lnf, m->lnf_stats, m->logits, m->losses,
-                      m->dlnf, m->scratch, m->dpacked, m->inv_freq, m->work, m->rin, m->ce_stats };
+                      m->dlnf, m->scratch, m->dpacked, m->inv_freq, m->work, m->ce_stats };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) dt_gpu_free(g, bufs[i]);
     dt_gpu_free(g, m->ss);
     dt_gpu_free(g, m->params16);
@@ -498,13 +497,10 @@ static void op_backward(dt_gpu_lm *m, int l, int k) {
     float *in = m->val[l * m->v.nvalues + s->in], *st = m->stats[l * m->v.nops + k];
     float *din = m->dval[s->in], *dout = m->dval[s->out];
     switch (s->kind) {
-    case DT_OP_NORM:
-        if (m->bf16) { /* the CPU's block keeps its norms' inputs in 16 bits: backward reads them rounded */
-            dt_gpu_round_bf16(m->g, m->rin, in, (size_t)BT * o->width_in, NULL);
-            in = m->rin;
-        }
-        if (m->v.rms) dt_gpu_rmsnorm_backward(m->g, din, dW(m, l, s->w), dout, in, W(m, l, s->w), st, BT, o->width_in);
-        else dt_gpu_layernorm_backward(m->g, din, dW(m, l, s->w), dW(m, l, s->b), dout, in, W(m, l, s->w), st, st + BT, BT, o->width_in);
+    case DT_OP_NORM: /* bf16: the CPU's block keeps its norms' inputs in 16 bits, so backward reads them rounded */
+        if (m->v.rms) dt_gpu_rmsnorm_backward(m->g, din, dW(m, l, s->w), dout, in, W(m, l, s->w), st, BT, o->width_in, m->bf16);
+        else dt_gpu_layernorm_backward(m->g, din, dW(m, l, s->w), dW(m, l, s->b), dout, in, W(m, l, s->w), st, st + BT, BT, o->width_in,
+                                       m->bf16);
         break;
     case DT_OP_LINEAR: linear_backward(m, din, dout, in, bits_of(m, l, s->in), l, s->w, s->b, BT, o->width_in, o->width_out); break;
     case DT_OP_ATTENTION:
@@ -545,9 +541,9 @@ dt_status dt_gpu_lm_backward(dt_gpu_lm *m, float grad_scale) {
         linear_backward(m, m->dlnf, m->logits, m->lnf, NULL, -1, 0, -1, (int)BT, m->C, m->Vp);
     }
     dt_gpu_zero(m->g, dres, BT * C * sizeof(float));
-    if (m->v.rms) dt_gpu_rmsnorm_backward(m->g, dres, m->grads + m->o_lnfw, m->dlnf, x, m->params + m->o_lnfw, m->lnf_stats, (int)BT, m->C);
+    if (m->v.rms) dt_gpu_rmsnorm_backward(m->g, dres, m->grads + m->o_lnfw, m->dlnf, x, m->params + m->o_lnfw, m->lnf_stats, (int)BT, m->C, 0);
     else dt_gpu_layernorm_backward(m->g, dres, m->grads + m->o_lnfw, m->grads + m->lnfb->offset, m->dlnf, x, m->params + m->o_lnfw,
-                                   m->lnf_stats, m->lnf_stats + BT, (int)BT, m->C);
+                                   m->lnf_stats, m->lnf_stats + BT, (int)BT, m->C, 0);
     mark(m, on, 1);
     for (int l = m->L - 1; l >= 0; l--) {
         m->dval[DT_V_OUT] = dres;

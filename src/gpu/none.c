@@ -68,14 +68,15 @@ void dt_gpu_layernorm_forward(dt_gpu *g, float *o, float *m, float *r, const flo
     (void)g, (void)o, (void)m, (void)r, (void)i, (void)w, (void)b, (void)N, (void)C, (void)h;
 }
 void dt_gpu_layernorm_backward(dt_gpu *g, float *di, float *dw, float *db, const float *d, const float *i, const float *w,
-                               const float *m, const float *r, int N, int C) {
-    (void)g, (void)di, (void)dw, (void)db, (void)d, (void)i, (void)w, (void)m, (void)r, (void)N, (void)C;
+                               const float *m, const float *r, int N, int C, int ri) {
+    (void)g, (void)di, (void)dw, (void)db, (void)d, (void)i, (void)w, (void)m, (void)r, (void)N, (void)C, (void)ri;
 }
 void dt_gpu_rmsnorm_forward(dt_gpu *g, float *o, float *r, const float *i, const float *w, int N, int C, float eps, uint16_t *h) {
     (void)g, (void)o, (void)r, (void)i, (void)w, (void)N, (void)C, (void)eps, (void)h;
 }
-void dt_gpu_rmsnorm_backward(dt_gpu *g, float *di, float *dw, const float *d, const float *i, const float *w, const float *r, int N, int C) {
-    (void)g, (void)di, (void)dw, (void)d, (void)i, (void)w, (void)r, (void)N, (void)C;
+void dt_gpu_rmsnorm_backward(dt_gpu *g, float *di, float *dw, const float *d, const float *i, const float *w, const float *r, int N, int C,
+                             int ri) {
+    (void)g, (void)di, (void)dw, (void)d, (void)i, (void)w, (void)r, (void)N, (void)C, (void)ri;
 }
 void dt_gpu_swiglu_forward(dt_gpu *g, float *o, const float *gu, int N, int F, uint16_t *h) {
     (void)g, (void)o, (void)gu, (void)N, (void)F, (void)h;
