@@ -245,13 +245,13 @@ void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *o, const float *i, const uint1
     (void)g, (void)wk, dt_matmul_forward_lp(o, x, w, b, BT, C, OC, DT_BF16, work, HOST_LP_WORK, 0);
     free(work), free(own);
 }
-void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *di, float *dw, float *db, float *d, const float *i, const uint16_t *i16,
+void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *di, float *dw, float *db, const float *d, const float *i, const uint16_t *i16,
                                  const uint16_t *w, int BT, int C, int OC, uint16_t *w16, float *wk) {
-    float *work = malloc(HOST_LP_WORK * sizeof(float)), *own;
+    float *work = malloc(HOST_LP_WORK * sizeof(float)), *own, *dr;
     const float *x = host_input(i, i16, (size_t)BT * C, &own);
-    dt_lp_round(d, (size_t)BT * OC, DT_BF16);
-    (void)g, (void)w16, (void)wk, dt_matmul_backward_lp(di, dw, db, d, x, w, BT, C, OC, DT_BF16, work, HOST_LP_WORK, 0);
-    free(work), free(own);
+    const float *dy = host_rounded(d, (size_t)BT * OC, 1, &dr); /* read rounded; d itself left as it was */
+    (void)g, (void)w16, (void)wk, dt_matmul_backward_lp(di, dw, db, dy, x, w, BT, C, OC, DT_BF16, work, HOST_LP_WORK, 0);
+    free(work), free(own), free(dr);
 }
 /* the head's halves: its sums (rounded here already: the cross-entropy reads them rounded, and rounding twice is
  * rounding once), its backward from bf16 bits */

@@ -133,13 +133,13 @@ void dt_gpu_pack_bf16(dt_gpu *g, uint16_t *dst, const float *src, size_t n);
 /* dst = src's bf16 values widened to f32 (add: dst += them). */
 void dt_gpu_widen_bf16(dt_gpu *g, float *dst, const uint16_t *src, size_t n, int add);
 /* dt_matmul_forward_lp's and dt_matmul_backward_lp's bf16 Linear on the tensor cores: w and bias bf16 (the
- * parameters' 16-bit copy), products bf16 with f32 sums; forward's out (bias added) rounded to bf16; backward rounds
- * dout in place first (autocast's linear receives it so), dinp += dout w then rounded whole, and dw and dbias each add
+ * parameters' 16-bit copy), products bf16 with f32 sums; forward's out (bias added) rounded to bf16; backward reads
+ * dout rounded (autocast's linear receives it so; dout itself is left as it was), dinp += dout w then rounded whole, and dw and dbias each add
  * this use's gradient rounded to bf16. inp16: inp's bf16 bits where its producer kept them (NULL: packed here into
  * work16). work16: BT x (C + OC) bf16 in backward (BT x C in forward); work: OC x C + OC floats. */
 void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *out, const float *inp, const uint16_t *inp16, const uint16_t *w, const uint16_t *bias,
                                 int BT, int C, int OC, uint16_t *work16);
-void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *dinp, float *dw, float *dbias, float *dout, const float *inp, const uint16_t *inp16,
+void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const uint16_t *inp16,
                                  const uint16_t *w, int BT, int C, int OC, uint16_t *work16, float *work);
 /* The two halves of those without the rounding of forward's output and backward's dout (the head, whose
  * cross-entropy reads its sums rounded and writes its gradient as bf16 bits): out = the products' f32 sums; and

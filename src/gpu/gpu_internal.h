@@ -29,8 +29,9 @@ void dt_gpu_fail(dt_gpu *g, const char *what, const char *why);
 void dt_gpu_check_launch(dt_gpu *g, const char *what);
 void dt_gpu_check_blas(dt_gpu *g, const char *what, cublasStatus_t s);
 
-/* dbias[OC] += the column sums of dout[BT, OC] (kernels.cu). */
+/* dbias[OC] += the column sums of dout[BT, OC] (kernels.cu); _lp: of dout's bf16 values. */
 void dt_gpu_bias_backward(dt_gpu *g, float *dbias, const float *dout, int BT, int OC);
+void dt_gpu_bias_backward_lp(dt_gpu *g, float *dbias, const float *dout, int BT, int OC);
 
 #ifdef __CUDACC__
 /* A warp's sum and maximum of one value a lane, every lane given it. */

@@ -80,14 +80,14 @@ static __device__ __forceinline__ float input_at(const float *x, size_t i, int r
     return round ? bf16_value(bf16_bits(x[i])) : x[i];
 }
 
-static __global__ void column_sums_k(float *dw, float *db, const float *dy, const float *x, int round, const float *mean, const float *rstd,
-                                     int N, int C) {
+static __global__ void column_sums_k(float *dw, float *db, const float *dy, int round_dy, const float *x, int round, const float *mean,
+                                     const float *rstd, int N, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, r0 = blockIdx.y * ROWS_PER_BLOCK;
     if (c >= C) return;
     int r1 = min(N, r0 + ROWS_PER_BLOCK);
     float sb = 0, sw = 0;
     for (int r = r0; r < r1; r++) {
-        float d = dy[(size_t)r * C + c];
+        float d = input_at(dy, (size_t)r * C + c, round_dy);
         sb += d;
         if (rstd) sw += d * (input_at(x, (size_t)r * C + c, round) - (mean ? mean[r] : 0.0f)) * rstd[r];
     }
@@ -95,15 +95,19 @@ static __global__ void column_sums_k(float *dw, float *db, const float *dy, cons
     if (rstd && dw) atomicAdd(dw + c, sw);
 }
 
-static void column_sums(dt_gpu *g, float *dw, float *db, const float *dy, const float *x, int round, const float *mean, const float *rstd,
-                        int N, int C, const char *what) {
+static void column_sums(dt_gpu *g, float *dw, float *db, const float *dy, int round_dy, const float *x, int round, const float *mean,
+                        const float *rstd, int N, int C, const char *what) {
     dim3 grid(dt_gpu_blocks((size_t)C, THREADS), dt_gpu_blocks((size_t)N, ROWS_PER_BLOCK));
-    column_sums_k<<<grid, THREADS, 0, g->stream>>>(dw, db, dy, x, round, mean, rstd, N, C);
+    column_sums_k<<<grid, THREADS, 0, g->stream>>>(dw, db, dy, round_dy, x, round, mean, rstd, N, C);
     dt_gpu_check_launch(g, what);
 }
 
 void dt_gpu_bias_backward(dt_gpu *g, float *dbias, const float *dout, int BT, int OC) {
-    column_sums(g, NULL, dbias, dout, NULL, 0, NULL, NULL, BT, OC, "bias backward");
+    column_sums(g, NULL, dbias, dout, 0, NULL, 0, NULL, NULL, BT, OC, "bias backward");
+}
+
+void dt_gpu_bias_backward_lp(dt_gpu *g, float *dbias, const float *dout, int BT, int OC) {
+    column_sums(g, NULL, dbias, dout, 1, NULL, 0, NULL, NULL, BT, OC, "bf16 bias backward");
 }
 
 /* ---- LayerNorm: a warp a row ---- */
@@ -154,7 +158,7 @@ void dt_gpu_layernorm_backward(dt_gpu *g, float *dinp, float *dw, float *db, con
                                const float *mean, const float *rstd, int N, int C, int round_in) {
     layernorm_backward_k<<<dt_gpu_blocks((size_t)N, THREADS / 32), THREADS, 0, g->stream>>>(dinp, dout, inp, round_in, w, mean, rstd, N, C);
     dt_gpu_check_launch(g, "layernorm backward");
-    column_sums(g, dw, db, dout, inp, round_in, mean, rstd, N, C, "layernorm weight gradients");
+    column_sums(g, dw, db, dout, 0, inp, round_in, mean, rstd, N, C, "layernorm weight gradients");
 }
 
 /* ---- RMSNorm: a warp a row ---- */
@@ -193,7 +197,7 @@ void dt_gpu_rmsnorm_backward(dt_gpu *g, float *dinp, float *dw, const float *dou
                              int N, int C, int round_in) {
     rmsnorm_backward_k<<<dt_gpu_blocks((size_t)N, THREADS / 32), THREADS, 0, g->stream>>>(dinp, dout, inp, round_in, w, rstd, N, C);
     dt_gpu_check_launch(g, "rmsnorm backward");
-    column_sums(g, dw, NULL, dout, inp, round_in, NULL, rstd, N, C, "rmsnorm weight gradient");
+    column_sums(g, dw, NULL, dout, 0, inp, round_in, NULL, rstd, N, C, "rmsnorm weight gradient");
 }
 
 /* ---- SwiGLU ---- */

@@ -83,16 +83,14 @@ void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *out, const float *inp, const u
     dt_gpu_check_launch(g, "bf16 matmul output");
 }
 
-void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *dinp, float *dw, float *dbias, float *dout, const float *inp, const uint16_t *inp16,
+void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const uint16_t *inp16,
                                  const uint16_t *w, int BT, int C, int OC, uint16_t *work16, float *work) {
-    size_t nd = (size_t)BT * OC;
-    round_k<<<dt_gpu_blocks(nd, THREADS), THREADS, 0, g->stream>>>(dout, dout, work16, nd);
-    dt_gpu_check_launch(g, "bf16 output gradient");
+    dt_gpu_pack_bf16(g, work16, dout, (size_t)BT * OC); /* the rounded dout, as bits: the products read them */
     dt_gpu_matmul_backward_bf16_from(g, dinp, dw, work16, inp, inp16, w, BT, C, OC, work16, work);
-    if (dbias) {
+    if (dbias) { /* the rounded dout's column sums, rounded as a use's gradient */
         float *sum = work + (size_t)OC * C;
         dt_gpu_zero(g, sum, (size_t)OC * sizeof(float));
-        dt_gpu_bias_backward(g, sum, dout, BT, OC);
+        dt_gpu_bias_backward_lp(g, sum, dout, BT, OC);
         round_add(g, dbias, sum, (size_t)OC);
     }
 }

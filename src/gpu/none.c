@@ -141,7 +141,7 @@ void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *o, const float *i, const uint1
                                 int C, int OC, uint16_t *wk) {
     (void)g, (void)o, (void)i, (void)i16, (void)w, (void)b, (void)BT, (void)C, (void)OC, (void)wk;
 }
-void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *di, float *dw, float *db, float *d, const float *i, const uint16_t *i16,
+void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *di, float *dw, float *db, const float *d, const float *i, const uint16_t *i16,
                                  const uint16_t *w, int BT, int C, int OC, uint16_t *w16, float *wk) {
     (void)g, (void)di, (void)dw, (void)db, (void)d, (void)i, (void)i16, (void)w, (void)BT, (void)C, (void)OC, (void)w16, (void)wk;
 }
