@@ -75,7 +75,7 @@ void dt_gpu_accumulate(dt_gpu *g, float *dst, const float *src, size_t n) {
 
 /* db[c] += sum over rows of dy[r, c] (db NULL: not wanted); with rstd also dw[c] += sum of dy * (x - mean) * rstd
  * (LayerNorm's; mean NULL: RMSNorm's x * rstd). A block takes THREADS columns of ROWS_PER_BLOCK rows. */
-/* x[i], or its bf16 value (a norm's backward in bf16 reads its input so) */
+/* x[i], or its bf16 value (in bf16, a norm's backward reads its input so, a bias's gradient its output gradient) */
 static __device__ __forceinline__ float input_at(const float *x, size_t i, int round) {
     return round ? bf16_value(bf16_bits(x[i])) : x[i];
 }
@@ -287,7 +287,7 @@ void dt_gpu_crossentropy_fused(dt_gpu *g, float *logits, float *losses, const in
 }
 
 /* bf16: the logits as their bf16 values; forward keeps a row's maximum and sum, backward makes the gradient's bits
- * from them (the same exponentials, in the f32 kernel's order of operations) */
+ * from them, as the CPU's 16-bit head does (dt_crossentropy_forward_lp, dt_crossentropy_grad_lp) */
 static __global__ void crossentropy_forward_bf16_k(const float *logits, float *losses, float *stats, const int32_t *targets, int V,
                                                    int Vp) {
     int row = blockIdx.x;

@@ -7,7 +7,6 @@
 
 #define THREADS 256
 
-
 /* y = x rounded (y == x: in place); with bits, its bf16 bits there too */
 static __global__ void round_k(float *y, const float *x, uint16_t *bits, size_t n) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
