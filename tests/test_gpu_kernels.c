@@ -88,9 +88,8 @@ static void matmul_bf16(dt_gpu *g) {
     for (size_t i = 0; i < sizeof host / sizeof *host; i++) free(host[i]);
 }
 
-/* A forward kernel's bf16 output (bits given): f32 output y_dev of the same kernel without bits, rounded, against the
- * output with bits (equal but where the two runs' last bits differ: none here, the same kernel), and the bits the
- * rounded floats' own. */
+/* A forward kernel run with bits: its output must be the same kernel's output without bits (unrounded, downloaded
+ * before) rounded to bf16, exactly, and the bits those rounded floats' own. */
 static void check_bits(dt_gpu *g, const char *what, const float *gy, const uint16_t *gbits, const float *unrounded, size_t n) {
     float *y = malloc(n * 4), *r = malloc(n * 4);
     uint16_t *bits = malloc(n * 2), *want = malloc(n * 2);

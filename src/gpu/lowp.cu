@@ -2,7 +2,8 @@
  * values rounded to bf16 (dt_f32_to_bf16's bits: to nearest even, a NaN kept quiet), packed into bf16 for the
  * tensor cores, and a Linear whose products are bf16 with f32 sums and whose outputs, input gradient and each use's
  * weight gradient are rounded to bf16 (cuBLAS's GemmEx: bf16 A and B, f32 C and compute). Activations stay in f32
- * buffers holding bf16 values, so every other kernel is the f32 one. */
+ * buffers holding bf16 values, so every other kernel is the f32 one; a Linear's input may come with its bits, kept by
+ * the kernel that made it, and is then not packed here. */
 #include "gpu_internal.h"
 
 #define THREADS 256
@@ -102,7 +103,7 @@ void dt_gpu_matmul_backward_bf16_from(dt_gpu *g, float *dinp, float *dw, const u
     }
     if (dw) {
         const uint16_t *a16 = inp16;
-        if (!a16) { /* packed after d16 (at work16's start when the caller rounded dout there) */
+        if (!a16) { /* packed after d16's room (work16's first BT x OC) */
             uint16_t *p = work16 + (size_t)BT * OC;
             dt_gpu_pack_bf16(g, p, inp, (size_t)BT * C);
             a16 = p;
