@@ -7,7 +7,8 @@
 # errors; a report that cannot be written only warns.
 # --tensorboard's event files read back by TensorBoard's own reader
 # (installed from PyPI into PYDIR if missing; said and not counted if it
-# cannot be) hold every step's loss, validation loss and the rest.
+# cannot be) hold every step's loss, validation loss and the rest. A metrics
+# file that cannot take a row (a full disk) is said and kept to whole rows.
 # usage: observability.sh DTRAIN CHECK_TRACE [PYDIR]
 set -u
 DTRAIN=$1
@@ -272,6 +273,25 @@ printf '{"step":1,"loss":2.5}\n{"step":2,"accuracy":0.5}\n' > "$dir/bad.jsonl"
 [ $? = 1 ] && grep -q "line 2 has no numeric step and loss" "$dir/out" && [ ! -e "$dir/bad.svg" ] &&
     ok "loss plot: a line that is neither a step's loss nor an image model's summary is refused, naming it" ||
     fail "a bad metrics line: $(cat "$dir/out")"
+
+# a metrics file that cannot take its next row (a limit on file sizes stands in for a full disk): said once, naming the
+# file and the row's step; the run goes on to its end; the file keeps whole rows only (GPT-2, an image model, RL)
+full_disk() { # NAME WHAT CMD...: CMD writes $dir/NAME.jsonl with files limited to 4 KiB
+    local name=$1 what=$2
+    shift 2
+    (trap '' XFSZ; ulimit -f 4; "$@") > "$dir/$name.out" 2>&1
+    local rc=$? said step last
+    said=$(grep -c "metrics file $dir/$name.jsonl: cannot write the row of step" "$dir/$name.out")
+    step=$(grep -o "cannot write the row of step [0-9]*" "$dir/$name.out" | grep -o '[0-9]*$')
+    last=$(tail -1 "$dir/$name.jsonl" | grep -o '"step":[0-9]*' | grep -o '[0-9]*$')
+    if [ $rc = 0 ] && [ "$said" = 1 ] && [ "$((last + 1))" = "$step" ] && [ "$(tail -c 1 "$dir/$name.jsonl" | od -An -tx1 | tr -d ' ')" = 0a ] &&
+        python3 -c "import json, sys; [json.loads(l) for l in open(sys.argv[1])]" "$dir/$name.jsonl" 2> /dev/null; then
+        ok "$what: a metrics row that cannot be written is said (step $step), the run ends well, $(wc -l < "$dir/$name.jsonl") whole rows kept (the last step $last's)"
+    else fail "$what on a full disk: exit $rc, said $said times, $(tail -2 "$dir/$name.out"), last row: $(tail -c 80 "$dir/$name.jsonl")"; fi
+}
+full_disk full_gpt "GPT-2" "$DTRAIN" train "${model[@]}" --steps 40 --eval-every 0 --metrics "$dir/full_gpt.jsonl" --quiet
+full_disk full_img "an image model" "$DTRAIN" train --model mlp --data "$dir/img" --epochs 1 --threads 1 --metrics "$dir/full_img.jsonl" --quiet
+full_disk full_rl "reinforcement learning" "$DTRAIN" rl --env cartpole --total-steps 20480 --metrics "$dir/full_rl.jsonl"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

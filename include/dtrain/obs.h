@@ -7,6 +7,8 @@
 #include "dtrain/base.h"
 #include "dtrain/comm.h"
 
+#include <stdio.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -58,6 +60,11 @@ void dt_tb_destroy(dt_tb_writer *w);
 /* A resumed run's metrics file keeps only the rows up to last_step, the
  * checkpoint's (*dropped: the rows removed; a missing file is fine). */
 dt_status dt_metrics_truncate(const char *path, int last_step, int *dropped);
+/* After a metrics row (of step): flushed; a write that failed (a full disk, a
+ * lost mount) is said once, naming the file and the step, and *f is closed
+ * and set to NULL, so the run goes on without it rather than losing rows
+ * unseen. Returns false when it failed. */
+bool dt_metrics_flush(FILE **f, const char *path, long step);
 /* An HTML page of the run in dir (metrics.jsonl, and run.json, trace.json,
  * scaling.json where present): self-contained (Chart.js inlined), offline. */
 dt_status dt_report_write(const char *dir, const char *html_path);

@@ -4,9 +4,13 @@
 #include "dtrain/obs.h"
 #include "dtrain/io.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 dt_status dt_metrics_truncate(const char *path, int last_step, int *dropped) {
     char *text = NULL;
@@ -34,4 +38,36 @@ dt_status dt_metrics_truncate(const char *path, int last_step, int *dropped) {
     st = *dropped ? dt_file_write_atomic(path, (const void *const[]){ out }, (const size_t[]){ n }, 1) : DT_OK;
     free(out);
     return st;
+}
+
+/* Cuts a partial last row off (a write that stopped inside it), so the file holds whole rows that plot and report read. */
+static void cut_partial_row(int fd) {
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return;
+    char buf[4096];
+    for (off_t end = st.st_size; end > 0;) {
+        off_t from = end > (off_t)sizeof buf ? end - (off_t)sizeof buf : 0;
+        ssize_t n = pread(fd, buf, (size_t)(end - from), from);
+        if (n <= 0) return;
+        for (ssize_t i = n - 1; i >= 0; i--)
+            if (buf[i] == '\n') {
+                if (ftruncate(fd, from + i + 1) != 0) return; /* nothing more to do: the warning is said */
+                return;
+            }
+        end = from;
+    }
+    if (ftruncate(fd, 0) != 0) return;
+}
+
+bool dt_metrics_flush(FILE **f, const char *path, long step) {
+    if (!*f) return true;
+    int err = fflush(*f) != 0 ? errno : ferror(*f) ? EIO : 0;
+    if (!err) return true;
+    dt_log(DT_LOG_WARN, "metrics file %s: cannot write the row of step %ld: %s; the file ends before it (the run goes on)",
+           path ? path : "(unnamed)", step, strerror(err));
+    fclose(*f); /* which may write more of the row: cut it after */
+    *f = NULL;
+    int fd = path ? open(path, O_RDWR) : -1;
+    if (fd >= 0) cut_partial_row(fd), close(fd);
+    return false;
 }

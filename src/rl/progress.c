@@ -1,11 +1,12 @@
 /* A run's progress (see progress.h). */
 #include "progress.h"
+#include "dtrain/obs.h"
 
 #include <math.h>
 #include <stdlib.h>
 
 dt_status dt_rl_progress_open(dt_rl_progress *g, const dt_rl_config *c, int lead) {
-    *g = (dt_rl_progress){ .print = lead, .print_every = c->print_every };
+    *g = (dt_rl_progress){ .print = lead, .print_every = c->print_every, .path = c->metrics };
     /* a resumed run goes on with the file it wrote */
     if (c->metrics && lead && !(g->metrics = fopen(c->metrics, c->resume ? "a" : "w")))
         return dt_error(DT_ERR_IO, "%s: cannot write the metrics file", c->metrics);
@@ -44,7 +45,7 @@ void dt_rl_progress_update(dt_rl_progress *g, int u, int updates, int64_t steps,
                 (long long)g->episodes, isfinite(mr) ? mr : 0.0, loss, t->pg, t->v, t->entropy, t->approx_kl, t->clipfrac, (double)lr);
         if (isfinite(lag)) fprintf(g->metrics, "\"policy_lag\":%.4g,", lag);
         fprintf(g->metrics, "\"steps_per_s\":%.1f}\n", sps);
-        fflush(g->metrics);
+        dt_metrics_flush(&g->metrics, g->path, u);
     }
     if (!g->print || !g->print_every || (u % g->print_every && u != updates)) return;
     printf("update %4d/%d | env steps %8lld | episodes %6lld | mean return %7.2f | pg %+.4f v %.4f ent %.3f kl %.4f", u, updates,

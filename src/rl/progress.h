@@ -14,6 +14,7 @@ typedef struct {
     double returns[DT_RL_WINDOW];
     int64_t episodes;
     FILE *metrics;        /* NULL: none, or not the lead */
+    const char *path;     /* the metrics file's, for its errors */
     int print;            /* the lead prints */
     int print_every;
 } dt_rl_progress;

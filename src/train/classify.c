@@ -415,7 +415,7 @@ static int evaluate_inside(cls_run *r, int done) {
     }
     if (r->metrics) {
         fprintf(r->metrics, "{\"step\":%d,\"epochs\":%.4f,\"test_accuracy\":%.6f,\"train_s\":%.3f}\n", done, epochs, acc, r->train_s);
-        fflush(r->metrics);
+        dt_metrics_flush(&r->metrics, metrics_path(r), done);
     }
     tb_step(r, done, acc_tag, &acc, 1);
     return 0;
@@ -434,6 +434,7 @@ static void report_step(cls_run *r, int e, int done, int total, const char *pref
         if (s->grad_bytes > 0) fprintf(r->metrics, ",\"grad_sent_bytes\":%.0f,\"compress_ratio\":%.4f", s->grad_bytes, s->compress_ratio);
         if (s->grad_recv_bytes > 0) fprintf(r->metrics, ",\"grad_recv_bytes\":%.0f", s->grad_recv_bytes);
         fputs("}\n", r->metrics);
+        dt_metrics_flush(&r->metrics, metrics_path(r), done);
     }
     static const char *const tags[] = { "train/loss", "train/lr", "train/grad_norm", "perf/img_per_s" };
     tb_step(r, done, tags, (const double[]){ s->loss, lr, s->norm, r->G / (ms / 1e3) }, 4);
@@ -447,7 +448,7 @@ static int say_stopped(cls_run *r, int done, int total) {
                c->save ? "; saved" : " (nothing saved: no --save)");
     else if (!r->quiet)
         printf("stopped after %d steps (--stop-after); --resume %s goes on\n", c->stop_after, c->save ? c->save : "(no --save)");
-    if (r->metrics) fflush(r->metrics);
+    dt_metrics_flush(&r->metrics, metrics_path(r), done);
     return r->stopped ? 128 + r->stopped : 0;
 }
 
@@ -468,7 +469,7 @@ static int report_epoch(cls_run *r, int e, int first, double loss_sum, double ex
         fprintf(r->metrics, "{\"epoch\":%d,\"epochs\":%d,\"train_loss\":%.6f,\"test_accuracy\":%.6f,\"img_per_s_worker\":%.1f,\"img_per_s\":%.1f,"
                 "\"comm_exposed_ms\":%.3f,\"train_s\":%.3f}\n", e + 1, e + 1, loss_sum / (steps - first), *acc, r->ips[e], r->ips[e] * r->p,
                 exposed_sum, r->train_s);
-        fflush(r->metrics);
+        dt_metrics_flush(&r->metrics, metrics_path(r), e * steps + r->step);
     }
     tb_step(r, e * steps + r->step, acc_tag, acc, 1);
     return 0;
@@ -541,9 +542,11 @@ static int synthetic_steps(cls_run *r) {
         double ms = (dt_time_now() - t0) * 1e3;
         ips[k] = (double)r->B * c->grad_accum / (ms / 1e3);
         if (!r->quiet) printf("Iter #%d: %.1f img/sec per worker (loss %.4f)\n", k, ips[k], s.loss);
-        if (r->metrics)
+        if (r->metrics) {
             fprintf(r->metrics, "{\"step\":%d,\"loss\":%.6f,\"ms\":%.3f,\"img_per_s_worker\":%.2f,\"img_per_s\":%.2f,\"comm_exposed_ms\":%.3f}\n",
                     k + 1, s.loss, ms, ips[k], ips[k] * r->p, s.exposed_ms);
+            dt_metrics_flush(&r->metrics, metrics_path(r), k + 1);
+        }
         static const char *const tags[] = { "train/loss", "perf/img_per_s" };
         tb_step(r, k + 1, tags, (const double[]){ s.loss, ips[k] * r->p }, 2);
     }
@@ -563,7 +566,7 @@ static dt_status write_report(cls_run *r, double acc) {
     int steps = steps_per_epoch(r), e0 = r->first / steps;
     double mean = 0, sd = 0;
     mean_sd(r->ips + e0, c->epochs - e0, &mean, &sd);
-    if (r->metrics) fflush(r->metrics);
+    dt_metrics_flush(&r->metrics, metrics_path(r), steps * c->epochs);
     dt_classify_outcome o = { .metrics = metrics_path(r), .params = cls_params(&r->m), .ranks = r->p, .steps_per_epoch = steps,
                               .steps_done = steps * c->epochs, .images_per_step = r->G, .test_accuracy = acc, .img_per_s = mean * r->p,
                               .wall_s = dt_time_now() - r->t_start };

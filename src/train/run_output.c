@@ -55,7 +55,7 @@ void dt_train_write_eval_metrics(run *r, float val) {
     val_load_json(r->metrics, r);
     if (r->model_step >= 0) fprintf(r->metrics, ",\"step\":%d", r->model_step);
     fprintf(r->metrics, ",\"tokens\":%lld,\"batches\":%d}\n", (long long)c->eval_batches * c->batch * c->seq * r->dp_size, c->eval_batches);
-    fflush(r->metrics);
+    dt_metrics_flush(&r->metrics, c->metrics, r->model_step);
 }
 
 void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s, double ms, double tps, bool eval, float val) {
@@ -108,7 +108,7 @@ void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s,
     if (s->skipped) fprintf(f, ",\"skipped\":true");
     if (dt_engine_loss_scale(r->e)) fprintf(f, ",\"loss_scale\":%.17g", s->loss_scale);
     fprintf(f, "}\n");
-    fflush(f);
+    dt_metrics_flush(&r->metrics, r->c.metrics, step + 1);
 }
 
 /* Bytes of parameters (with mixed precision's 16-bit copy) and gradients this rank holds. */
