@@ -111,6 +111,8 @@ typedef struct {
 } dt_train_config;
 
 void dt_train_defaults(dt_train_config *c);
+/* Whether a --data path is supervised fine-tuning's (.jsonl), not a token file. */
+bool dt_train_is_sft(const char *path);
 /* Runs the training described by c; prints progress; returns a process exit code. */
 int dt_train_run(const dt_train_config *c);
 

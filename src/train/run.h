@@ -90,10 +90,9 @@ typedef struct {
 dt_status dt_train_setup(run *r);
 /* --report DIR: where the metrics and trace go unless named (run_setup.c). */
 dt_status dt_train_observers(run *r);
-/* Supervised fine-tuning (sft_setup.c): whether a --data path is one (.jsonl); its files opened and their loaders made;
+/* Supervised fine-tuning (sft_setup.c; whether a --data path is one: dt_train_is_sft in train.h): its files opened and their loaders made;
  * the training data's tokens (a token file's, or the rows' T each); before a step or an evaluation of batches of l,
  * the count their losses divide by. */
-bool dt_train_is_sft(const char *path);
 dt_status dt_train_open_sft(run *r);
 size_t dt_train_data_tokens(const run *r);
 /* A pipeline stage's place in its checkpoint (run_save.c): its second-order state is its own. */
