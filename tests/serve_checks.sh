@@ -224,6 +224,7 @@ top_p 0|400|{"prompt": "The", "top_p": 0}
 n 2 (not supported)|400|{"prompt": "The", "n": 2}
 logprobs (not supported)|400|{"prompt": "The", "logprobs": 3}
 a token id beyond the vocabulary|400|{"prompt": [1, 2, 300]}
+a NUL in the prompt (JSON's \u0000)|400|{"prompt": "The\u0000 end"}
 a 10 MB body|413|BIG
 a 3 MB body sent in chunks (no length)|413|CHUNKED
 EOF
@@ -248,6 +249,9 @@ echo "$r" | grep -q "role 'tool'" && [ "${r##* }" = 400 ] && ok "a chat message 
 r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/completions" -d '{"prompt": ["The", "A"]}')
 echo "$r" | grep -q "several prompts: one prompt a request" && [ "${r##* }" = 400 ] && ok "two prompts in one request: 400, one prompt a request" ||
     fail "two prompts: $r"
+r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/completions" -d '{"prompt": "The\\u0000 end", "max_tokens": 2}')
+[ "${r##* }" = 200 ] && echo "$r" | grep -q '"prompt_tokens":13' && ok "an escaped backslash before u0000 is text: 200, its 13 bytes" ||
+    fail "an escaped backslash before u0000: $r"
 r=$(python3 "$HERE/serve_client.py" slow "$port" 4)
 [ "${r%% *}" = 408 ] && ok "a slow client (a byte a second): ${r%% *} ${r#* }" || fail "slow client: $r"
 r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/nothing")
