@@ -407,7 +407,9 @@ static int comm_flag(const char *f, const char *v, dt_bench_comm_opts *o) {
         for (char *tok = strtok(buf, ","); tok && !st; tok = strtok(NULL, ",")) {
             if (o->nsizes == 64) { dt_log(DT_LOG_ERROR, "bench comm: at most 64 sizes"); return 2; }
             st = dt_parse_size(tok, &o->sizes[o->nsizes++]);
+            if (!st && !o->sizes[o->nsizes - 1]) { dt_log(DT_LOG_ERROR, "bench comm: --sizes %s: a size of 0 bytes measures nothing", v); return 2; }
         }
+        if (!o->nsizes) { dt_log(DT_LOG_ERROR, "bench comm: --sizes '%s' lists no size", v); return 2; }
     } else return dt_cli_flag_error("bench comm", comm_flags, f, v);
     if (st) { dt_log(DT_LOG_ERROR, "bench comm: %s", dt_last_error()); return 2; }
     return 0;
