@@ -183,12 +183,13 @@ expect "communication_data_type checked" 2 '"communication_data_type" must be "f
 expect "--strategy fsdp points to zero3" 2 "--strategy fsdp: dtrain's fully sharded data parallelism is zero3" -- "$DTRAIN" train "${model[@]}" --strategy fsdp
 expect "--cp over more ranks than the job has" 2 "--tp 1 x --pp 1 x --cp 2 = 2 does not divide the job's 1 rank" -- "$DTRAIN" train "${model[@]}" --cp 2
 expect "--cp-impl of no such kind" 2 "--cp-impl rings is not valid: expected ring, ulysses or auto" -- "$DTRAIN" train "${model[@]}" --cp-impl rings
-# a flag of a feature that is off would change nothing: refused, naming what turns it on
-expect "--cp-wire without context parallelism" 2 "--cp-wire sets context parallelism: it needs --cp N of 2 or more" -- "$DTRAIN" train "${model[@]}" --cp-wire bf16
-expect "--pp-wire without a pipeline" 2 "--pp-wire sets the pipeline: it needs --pp N of 2 or more" -- "$DTRAIN" train "${model[@]}" --pp-wire int8
-expect "--compress-rank without a codec" 2 "--compress-rank sets a gradient codec's work: choose the codec with --compress KIND" -- \
-    "$DTRAIN" train "${model[@]}" --compress none --compress-rank 4
-expect "--tokenizer for a token file" 2 "--tokenizer is for text, a .jsonl --data or --grpo's prompts" -- "$DTRAIN" train "${model[@]}" --tokenizer "$dir/t.json"
+# a flag of a feature the run does not use changes nothing: said, and the run goes on
+expect "--cp-impl without context parallelism" 0 "--cp-impl does nothing without context parallelism" -- "$DTRAIN" train "${model[@]}" --steps 1 --cp-impl ring
+expect "--pp-schedule without a pipeline" 0 "--pp-schedule does nothing without pipeline stages" -- "$DTRAIN" train "${model[@]}" --steps 1 --pp-schedule gpipe
+expect "--compress-rank without a codec" 0 "--compress-rank does nothing without a gradient codec \(--compress KIND\)" -- \
+    "$DTRAIN" train "${model[@]}" --steps 1 --compress none --compress-rank 4
+expect "--tokenizer for a token file" 0 "--tokenizer does nothing without text to read" -- "$DTRAIN" train "${model[@]}" --steps 1 --tokenizer "$dir/t.json"
+expect "--temperature without GRPO" 0 "--temperature does nothing without GRPO's prompts" -- "$DTRAIN" train "${model[@]}" --steps 1 --temperature 0.5
 
 # An evaluation alone: dtrain eval (train --steps 0) of a checkpoint and of its exported folder give one loss, and change nothing
 "$DTRAIN" eval --model "$dir/ck" --data "$dir/val.bin" --batch 2 --seq 32 --threads 1 > "$dir/e1" 2> "$dir/err"; rc1=$?

@@ -347,32 +347,27 @@ typedef struct {
 } train_opts;
 
 static void note_family(train_opts *o, const char *f) {
-    bool grpo = !strncmp(f, "--grpo-", 7) || !strcmp(f, "--reward") || !strcmp(f, "--completion-tokens") || !strcmp(f, "--temperature") ||
-                !strcmp(f, "--top-k");
-    bool pp = !strcmp(f, "--pp-schedule") || !strcmp(f, "--pp-wire") || !strcmp(f, "--virtual-stages");
+    /* (--reward alone is refused by run_checks.c: a reward program may be meant to run) */
+    bool grpo = !strncmp(f, "--grpo-", 7) || !strcmp(f, "--completion-tokens") || !strcmp(f, "--temperature") || !strcmp(f, "--top-k");
+    bool pp = !strcmp(f, "--pp-schedule") || !strcmp(f, "--virtual-stages"); /* --pp-wire's and --cp-wire's: run_checks.c */
     bool text = !strcmp(f, "--tokenizer") || !strcmp(f, "--chat-template");
     const char **slot = !strncmp(f, "--compress-", 11) ? &o->codec_flag : grpo ? &o->grpo_flag : pp ? &o->pp_flag
-                        : !strncmp(f, "--cp-", 5) ? &o->cp_flag : text ? &o->text_flag : NULL;
+                        : !strcmp(f, "--cp-impl") ? &o->cp_flag : text ? &o->text_flag : NULL;
     if (slot && !*slot) *slot = f;
 }
 
-/* A flag of a feature that is off would change nothing: refused, naming what turns the feature on. 0, or 2: said. */
-static int family_off(const char *cmd, const dt_train_config *c, const train_opts *o) {
-    const struct { const char *flag; bool off; const char *what; } fams[] = {
-        { o->codec_flag, c->codec.kind == DT_CODEC_NONE, "sets a gradient codec's work: choose the codec with --compress KIND (none here)" },
-        { o->grpo_flag, !c->grpo.prompts, "sets GRPO's rollouts: give the prompts with --grpo FILE" },
-        { o->pp_flag, c->pp <= 1, "sets the pipeline: it needs --pp N of 2 or more (1 here)" },
-        { o->cp_flag, c->cp <= 1, "sets context parallelism: it needs --cp N of 2 or more (1 here)" },
-        /* (--pack beside them gets its own refusal at setup, naming the token file) */
-        { o->text_flag, !c->grpo.prompts && !dt_train_is_sft(c->data) && !c->pack, "is for text, a .jsonl --data or --grpo's prompts: --data here "
-          "is a token file, tokenized already" },
+/* A flag of a feature the run does not use changes nothing: said (by the first rank), as run_checks.c says it of
+ * --pp-wire, --cp-wire and --save-every, so a sweep's shared flags still run. */
+static void warn_unused(const char *cmd, const dt_train_config *c, const train_opts *o) {
+    const struct { const char *flag; bool off; const char *without; } fams[] = {
+        { o->codec_flag, c->codec.kind == DT_CODEC_NONE, "a gradient codec (--compress KIND)" },
+        { o->grpo_flag, !c->grpo.prompts, "GRPO's prompts (--grpo FILE)" },
+        { o->pp_flag, c->pp <= 1, "pipeline stages (--pp)" },
+        { o->cp_flag, c->cp <= 1, "context parallelism (--cp)" },
+        { o->text_flag, !c->grpo.prompts && !dt_train_is_sft(c->data), "text to read (a .jsonl --data or --grpo's prompts)" },
     };
-    for (size_t k = 0; k < sizeof fams / sizeof *fams; k++)
-        if (fams[k].flag && fams[k].off) {
-            dt_log(DT_LOG_ERROR, "%s: %s %s", cmd, fams[k].flag, fams[k].what);
-            return 2;
-        }
-    return 0;
+    for (size_t k = 0; k < sizeof fams / sizeof *fams && dt_comm_first_voice(); k++)
+        if (fams[k].flag && fams[k].off) dt_log(DT_LOG_WARN, "%s: %s does nothing without %s", cmd, fams[k].flag, fams[k].without);
 }
 
 /* The flags below take a word, f the flag and v its word, and answer 1 taken, 0 a bad word, -1 not theirs, 2 said and
@@ -595,9 +590,9 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         if (r != 1) return dt_cli_flag_error(cmd, flags, f, v);
     }
     int rc = settle(cmd, &c, &o);
-    /* the planner prices layouts and codecs it may choose itself */
-    if (!rc && !strcmp(cmd, "train")) rc = family_off(cmd, &c, &o);
     if (rc) return rc;
+    /* (the planner prices layouts and codecs it may choose itself) */
+    if (!strcmp(cmd, "train")) warn_unused(cmd, &c, &o);
     *out = c;
     return -1;
 }
