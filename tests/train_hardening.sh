@@ -183,6 +183,19 @@ expect "communication_data_type checked" 2 '"communication_data_type" must be "f
 expect "--strategy fsdp points to zero3" 2 "--strategy fsdp: dtrain's fully sharded data parallelism is zero3" -- "$DTRAIN" train "${model[@]}" --strategy fsdp
 expect "--cp over more ranks than the job has" 2 "--tp 1 x --pp 1 x --cp 2 = 2 does not divide the job's 1 rank" -- "$DTRAIN" train "${model[@]}" --cp 2
 expect "--cp-impl of no such kind" 2 "--cp-impl rings is not valid: expected ring, ulysses or auto" -- "$DTRAIN" train "${model[@]}" --cp-impl rings
+# Hugging Face's warm-up-stable-decay schedule through the trainer (its values against transformers: test_schedules),
+# and the same rates after a stop and a resume
+wsd=(--steps 10 --schedule wsd --warmup 2 --decay-steps 4 --decay-type linear --lr 1e-3 --lr-min 1e-4)
+lrs() { python3 -c "import json, sys; print(' '.join('%g' % r['lr'] for r in map(json.loads, open(sys.argv[1])) if 'lr' in r))" "$1"; }
+"$DTRAIN" train "${model[@]}" "${wsd[@]}" --metrics "$dir/wsd1.jsonl" --quiet 2> "$dir/err" &&
+    "$DTRAIN" train "${model[@]}" "${wsd[@]}" --metrics "$dir/wsd2.jsonl" --save "$dir/wsd" --stop-after 5 --quiet 2>> "$dir/err" &&
+    "$DTRAIN" train "${model[@]}" --resume "$dir/wsd" --steps 10 --metrics "$dir/wsd2.jsonl" --quiet 2>> "$dir/err"
+want="0.0001 0.00055 0.001 0.001 0.001 0.001 0.001 0.000775 0.00055 0.000325"
+[ "$(lrs "$dir/wsd1.jsonl")" = "$want" ] && [ "$(lrs "$dir/wsd2.jsonl")" = "$want" ] &&
+    ok "--schedule wsd: warm-up from the floor, stable, a linear decay; the same rates after --stop-after 5 and --resume" ||
+    fail "--schedule wsd: $(lrs "$dir/wsd1.jsonl") / resumed $(lrs "$dir/wsd2.jsonl"), want $want; $(tail -2 "$dir/err")"
+expect "a wsd schedule longer than the run" 2 "--warmup 8 and 3 decay steps \(--decay-steps\) do not fit in the 10 steps" -- \
+    "$DTRAIN" train "${model[@]}" --steps 10 --schedule wsd --warmup 8 --decay-steps 3
 # a flag of a feature the run does not use changes nothing: said, and the run goes on
 expect "--cp-impl without context parallelism" 0 "--cp-impl does nothing without context parallelism" -- "$DTRAIN" train "${model[@]}" --steps 1 --cp-impl ring
 expect "--pp-schedule without a pipeline" 0 "--pp-schedule does nothing without pipeline stages" -- "$DTRAIN" train "${model[@]}" --steps 1 --pp-schedule gpipe

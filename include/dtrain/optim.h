@@ -146,10 +146,19 @@ double dt_optim_step_lp(dt_optim *o, float *params, uint16_t *grads, dt_dtype t,
  *   WarmupDecayLR   the same warm-up, then g = max(0, (total - s) / (total - warmup))
  *   WarmupCosineLR  lr * r: r = warmup_min_ratio + (1 - warmup_min_ratio) * g during
  *                   warm-up, then max(0, cos_min_ratio + (1 - cos_min_ratio) *
- *                   (1 + cos(pi * (s - warmup + 1) / (total - warmup))) / 2) */
+ *                   (1 + cos(pi * (s - warmup + 1) / (total - warmup))) / 2)
+ * Hugging Face's, with transformers' formulas (step s counts the optimizer steps before this one, so a warm-up
+ * starts at 0):
+ *   linear          s/warmup during warm-up, then lr_min + (lr - lr_min) * max(0, (total - s) / (total - warmup))
+ *                   (get_linear_schedule_with_warmup: lr_min 0)
+ *   wsd             get_wsd_schedule's warm-up, stable and decay (its linear warm-up, min_lr_ratio = lr_min / lr):
+ *                   the last `decay` steps (a tenth of total when 0) fall to lr_min by decay_type */
 typedef enum {
-    DT_SCHED_CONSTANT = 0, DT_SCHED_COSINE, DT_SCHED_DS_WARMUP, DT_SCHED_DS_WARMUP_DECAY, DT_SCHED_DS_WARMUP_COSINE
+    DT_SCHED_CONSTANT = 0, DT_SCHED_COSINE, DT_SCHED_DS_WARMUP, DT_SCHED_DS_WARMUP_DECAY, DT_SCHED_DS_WARMUP_COSINE,
+    DT_SCHED_LINEAR, DT_SCHED_WSD
 } dt_schedule_kind;
+#define DT_SCHED_LAST DT_SCHED_WSD
+typedef enum { DT_DECAY_COSINE = 0, DT_DECAY_LINEAR, DT_DECAY_SQRT } dt_decay_type; /* WSD's: cosine, linear, 1-sqrt */
 typedef struct {
     dt_schedule_kind kind;
     float lr;            /* peak rate (DeepSpeed's warmup_max_lr, or the optimizer's lr) */
@@ -158,11 +167,14 @@ typedef struct {
     int total;           /* steps the decay reaches its end at; 0: the run's length */
     int linear_warmup;   /* DeepSpeed's warmup_type "linear" (its default is "log") */
     float warmup_min_ratio, cos_min_ratio; /* WarmupCosineLR (defaults 0 and 0.0001) */
+    int decay;           /* WSD's decay steps; 0: a tenth of total */
+    dt_decay_type decay_type;
 } dt_schedule;
 void dt_schedule_defaults(dt_schedule *s);
 /* Learning rate at step (0-based) of a run of run_steps steps. */
 float dt_lr_at(const dt_schedule *s, int run_steps, int step);
 const char *dt_schedule_name(dt_schedule_kind k);
+const char *dt_decay_type_name(dt_decay_type t);
 
 /* Loss scaling (fp16), with DeepSpeed's semantics and defaults (its
  * DynamicLossScaler and config's fp16 section): loss_scale 0 is dynamic from

@@ -270,6 +270,8 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     cJSON_AddBoolToObject(x, "linear_warmup", c->sched.linear_warmup);
     cJSON_AddNumberToObject(x, "warmup_min_ratio", c->sched.warmup_min_ratio);
     cJSON_AddNumberToObject(x, "cos_min_ratio", c->sched.cos_min_ratio);
+    cJSON_AddNumberToObject(x, "decay", c->sched.decay);
+    cJSON_AddStringToObject(x, "decay_type", dt_decay_type_name(c->sched.decay_type));
     x = cJSON_AddObjectToObject(j, "settings");
     cJSON_AddNumberToObject(x, "steps", c->steps);
     cJSON_AddNumberToObject(x, "batch", c->batch);

@@ -82,7 +82,7 @@ static void take_optimizer(const cJSON *j, dt_train_config *c) {
 
 static void take_schedule(const cJSON *j, dt_train_config *c) {
     const char *kind = dt_ckpt_string(j, "schedule", "kind");
-    for (int k = DT_SCHED_CONSTANT; kind && k <= DT_SCHED_DS_WARMUP_COSINE; k++)
+    for (int k = DT_SCHED_CONSTANT; kind && k <= DT_SCHED_LAST; k++)
         if (!strcmp(kind, dt_schedule_name((dt_schedule_kind)k))) c->sched.kind = (dt_schedule_kind)k;
     take_float(j, "schedule", "lr", &c->sched.lr);
     take_float(j, "schedule", "lr_min", &c->sched.lr_min);
@@ -94,6 +94,10 @@ static void take_schedule(const cJSON *j, dt_train_config *c) {
     take_bool(j, "schedule", "linear_warmup", &c->sched.linear_warmup);
     take_float(j, "schedule", "warmup_min_ratio", &c->sched.warmup_min_ratio);
     take_float(j, "schedule", "cos_min_ratio", &c->sched.cos_min_ratio);
+    take_int(j, "schedule", "decay", &c->sched.decay); /* absent before WSD: 0 */
+    const char *dt = dt_ckpt_string(j, "schedule", "decay_type");
+    for (int t = DT_DECAY_COSINE; dt && t <= DT_DECAY_SQRT; t++)
+        if (!strcmp(dt, dt_decay_type_name((dt_decay_type)t))) c->sched.decay_type = (dt_decay_type)t;
 }
 
 /* LoRA's adapters: the run goes on training them (the flags may still say otherwise, and are then refused). */

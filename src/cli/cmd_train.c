@@ -121,7 +121,11 @@ static void usage(FILE *f) {
             "  --eps X (1e-8)  --weight-decay X (0)  --momentum X (0)  --nesterov  --trust-coef X (0.001)\n"
             "  --grad-clip X      clip the global gradient norm (0 = off, the default)\n"
             "  --schedule constant|cosine (constant)  --warmup N (0: linear warm-up with either)  --lr-min X (0)\n"
-            "                     (--config gives DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR)\n"
+            "                     (--config gives DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR);\n"
+            "                     linear or wsd: Hugging Face's (get_linear_schedule_with_warmup: to --lr-min at\n"
+            "                     the end; get_wsd_schedule: warm-up, stable, then the last --decay-steps N (a tenth\n"
+            "                     of the run) fall to --lr-min by --decay-type cosine|linear|1-sqrt (cosine)); their\n"
+            "                     warm-up starts at 0, as transformers' does\n"
             "  --on-nonfinite stop|skip   a step whose loss or gradient norm is NaN/inf stops the run (default,\n"
             "                     nothing saved) or is skipped (no update; the optimizer then runs after backward)\n"
             "  --shuffle SEED     shuffle batch order (default: file order, as llm.c)\n"
@@ -287,7 +291,8 @@ static const dt_cli_flag flags[] = {
     { "--kfac-damping", "a number above 0, up to 1e6" }, { "--kfac-decay", "a number in [0, 1)" }, { "--kfac-kl-clip", "a number from 0 (off) to 1e6" },
     { "--kfac-factor-every", "a whole number of steps from 1 to 1e6" }, { "--kfac-inv-every", "a whole number of steps from 1 to 1e6" },
     { "--kfac-workers", "a fraction of the data-parallel ranks above 0, at most 1" }, { "--precision", "fp32, bf16 or fp16" }, { "--device", "cpu, cuda or cuda:N" }, { "--grad-comm", "fp32, bf16 or fp16" }, { "--grad-store", "fp32, bf16 or fp16" }, { "--attention", "auto, full or blockwise" },
-    { "--schedule", "constant or cosine" }, { "--on-nonfinite", "stop or skip" }, { "--betas", "B1,B2, each in [0, 1)" },
+    { "--schedule", "constant, cosine, linear or wsd" }, { "--decay-type", "cosine, linear or 1-sqrt" },
+    { "--decay-steps", "a whole number of steps from 1 to 1e9" }, { "--on-nonfinite", "stop or skip" }, { "--betas", "B1,B2, each in [0, 1)" },
     { "--batch", "a whole number from 1 to 1e6" }, { "--seq", "a whole number from 1 to 1e6" },
     { "--steps", "a whole number from 0 (evaluate only) to 1e9" }, { "--epochs", "a whole number from 1 to 1e6" },
     { "--save-every", "a whole number of steps, 0 (off) to 1e9" }, { "--stop-after", "a whole number of steps, 0 (off) to 1e9" }, { "--grad-accum", "a whole number from 1 to 1e6" }, { "--micro-batches", "a whole number from 1 to 1e6 (--grad-accum)" },
@@ -342,8 +347,8 @@ typedef struct {
     int nesterov, pc_every, pc_max, soap_group;
     int kfac_flags, shampoo_flags, soap_flags; /* --kfac-*, --shampoo-* and --soap-* flags given */
     /* the first flag given of each feature that another flag turns on: a codec's, GRPO's, the pipeline's, context
-     * parallelism's, a .jsonl's text */
-    const char *codec_flag, *grpo_flag, *pp_flag, *cp_flag, *text_flag;
+     * parallelism's, a .jsonl's text, WSD's decay */
+    const char *codec_flag, *grpo_flag, *pp_flag, *cp_flag, *text_flag, *decay_flag;
 } train_opts;
 
 static void note_family(train_opts *o, const char *f) {
@@ -352,7 +357,8 @@ static void note_family(train_opts *o, const char *f) {
     bool pp = !strcmp(f, "--pp-schedule") || !strcmp(f, "--virtual-stages"); /* --pp-wire's and --cp-wire's: run_checks.c */
     bool text = !strcmp(f, "--tokenizer") || !strcmp(f, "--chat-template");
     const char **slot = !strncmp(f, "--compress-", 11) ? &o->codec_flag : grpo ? &o->grpo_flag : pp ? &o->pp_flag
-                        : !strcmp(f, "--cp-impl") ? &o->cp_flag : text ? &o->text_flag : NULL;
+                        : !strcmp(f, "--cp-impl") ? &o->cp_flag : text ? &o->text_flag
+                        : !strncmp(f, "--decay-", 8) ? &o->decay_flag : NULL;
     if (slot && !*slot) *slot = f;
 }
 
@@ -365,6 +371,7 @@ static void warn_unused(const char *cmd, const dt_train_config *c, const train_o
         { o->pp_flag, c->pp <= 1, "pipeline stages (--pp)" },
         { o->cp_flag, c->cp <= 1, "context parallelism (--cp)" },
         { o->text_flag, !c->grpo.prompts && !dt_train_is_sft(c->data), "text to read (a .jsonl --data or --grpo's prompts)" },
+        { o->decay_flag, c->sched.kind != DT_SCHED_WSD, "a warm-up-stable-decay schedule (--schedule wsd)" },
     };
     for (size_t k = 0; k < sizeof fams / sizeof *fams && dt_comm_first_voice(); k++)
         if (fams[k].flag && fams[k].off) dt_log(DT_LOG_WARN, "%s: %s does nothing without %s", cmd, fams[k].flag, fams[k].without);
@@ -431,8 +438,12 @@ static int run_flag(const char *f, const char *v, dt_train_config *c) {
         ok = !strcmp(v, "auto") || !strcmp(v, "full") || !strcmp(v, "blockwise") || !strcmp(v, "cudnn");
         c->attention = !strcmp(v, "full") ? DT_ATTN_FULL : !strcmp(v, "blockwise") ? DT_ATTN_BLOCKWISE : !strcmp(v, "cudnn") ? DT_ATTN_CUDNN : DT_ATTN_AUTO;
     } else if (!strcmp(f, "--schedule")) {
-        ok = !strcmp(v, "constant") || !strcmp(v, "cosine");
-        c->sched.kind = !strcmp(v, "cosine") ? DT_SCHED_COSINE : DT_SCHED_CONSTANT;
+        ok = !strcmp(v, "constant") || !strcmp(v, "cosine") || !strcmp(v, "linear") || !strcmp(v, "wsd");
+        c->sched.kind = !strcmp(v, "cosine") ? DT_SCHED_COSINE : !strcmp(v, "linear") ? DT_SCHED_LINEAR : !strcmp(v, "wsd") ? DT_SCHED_WSD
+                        : DT_SCHED_CONSTANT;
+    } else if (!strcmp(f, "--decay-type")) {
+        ok = !strcmp(v, "cosine") || !strcmp(v, "linear") || !strcmp(v, "1-sqrt");
+        c->sched.decay_type = !strcmp(v, "linear") ? DT_DECAY_LINEAR : !strcmp(v, "1-sqrt") ? DT_DECAY_SQRT : DT_DECAY_COSINE;
     } else if (!strcmp(f, "--on-nonfinite")) {
         ok = !strcmp(v, "stop") || !strcmp(v, "skip");
         c->skip_nonfinite = !strcmp(v, "skip");
@@ -494,7 +505,7 @@ static int number_flag(const char *f, const char *v, dt_train_config *c, train_o
         { "--compress-local-scaler", 1, 1e9, 1, &c->codec.local_scaler, 'i' }, { "--compress-local-clip", 1, 1e9, 1, &c->codec.local_clip, 'i' },
         { "--seed", 0, 1e18, 1, &c->seed, 'u' }, { "--shuffle", 1, 1e18, 1, &c->shuffle_seed, 'u' },
         { "--lr", 1e-30, 9.999999, 0, &c->sched.lr, 'f' }, { "--lr-min", 0, 9.999999, 0, &c->sched.lr_min, 'f' },
-        { "--warmup", 0, 1e9, 1, &c->sched.warmup, 'i' }, { "--grad-clip", 0, 1e9, 0, &c->grad_clip, 'f' },
+        { "--warmup", 0, 1e9, 1, &c->sched.warmup, 'i' }, { "--decay-steps", 1, 1e9, 1, &c->sched.decay, 'i' }, { "--grad-clip", 0, 1e9, 0, &c->grad_clip, 'f' },
         { "--eps", 1e-30, 0.999999, 0, &o->eps, 'd' }, { "--weight-decay", 0, 9.999999, 0, &o->wd, 'd' },
         { "--momentum", 0, 0.999999, 0, &o->mom, 'd' }, { "--trust-coef", 1e-30, 1e9, 0, &o->trust, 'd' },
         { "--layers", 1, 1e5, 1, &c->shape.num_layers, 'i' }, { "--heads", 1, 1e5, 1, &c->shape.num_heads, 'i' },

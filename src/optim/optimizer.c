@@ -460,8 +460,24 @@ void dt_schedule_defaults(dt_schedule *s) {
 }
 
 const char *dt_schedule_name(dt_schedule_kind k) {
-    static const char *names[] = { "constant", "cosine", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR" };
-    return k >= DT_SCHED_CONSTANT && k <= DT_SCHED_DS_WARMUP_COSINE ? names[k] : "?";
+    static const char *names[] = { "constant", "cosine", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "linear", "wsd" };
+    return k >= DT_SCHED_CONSTANT && k <= DT_SCHED_LAST ? names[k] : "?";
+}
+
+const char *dt_decay_type_name(dt_decay_type t) {
+    return t == DT_DECAY_LINEAR ? "linear" : t == DT_DECAY_SQRT ? "1-sqrt" : "cosine";
+}
+
+/* transformers' get_wsd_schedule factor at step s (its linear warm-up; m its min_lr_ratio) */
+static double wsd_factor(const dt_schedule *c, int total, int s) {
+    double m = c->lr > 0 ? (double)c->lr_min / c->lr : 0;
+    int decay = c->decay > 0 ? c->decay : total / 10, stable = total - c->warmup - decay > 0 ? total - c->warmup - decay : 0;
+    if (s < c->warmup) return fmax(0.0, (double)s / c->warmup * (1 - m) + m);
+    if (s < c->warmup + stable) return 1;
+    if (s >= c->warmup + stable + decay) return m;
+    double p = (double)(s - c->warmup - stable) / (decay > 1 ? decay : 1);
+    double f = c->decay_type == DT_DECAY_LINEAR ? 1 - p : c->decay_type == DT_DECAY_SQRT ? 1 - sqrt(p) : 0.5 * (1 + cos(M_PI * p));
+    return fmax(0.0, f * (1 - m) + m);
 }
 
 /* DeepSpeed's warm-up fraction at iteration s (warm-up of at least 2 steps). */
@@ -488,6 +504,10 @@ float dt_lr_at(const dt_schedule *c, int run_steps, int step) {
                  : fmax(0.0, (double)(total - step) / fmax(1.0, (double)(total - ds_warmup)));
         return (float)(c->lr_min + (c->lr - c->lr_min) * g);
     }
+    case DT_SCHED_LINEAR:
+        if (step < c->warmup) return c->lr * (float)((double)step / c->warmup);
+        return c->lr_min + (c->lr - c->lr_min) * (float)fmax(0.0, (double)(total - step) / (total - c->warmup > 1 ? total - c->warmup : 1));
+    case DT_SCHED_WSD: return (float)(c->lr * wsd_factor(c, total, step));
     case DT_SCHED_DS_WARMUP_COSINE: {
         double r;
         if (step < ds_warmup) r = c->warmup_min_ratio + (1.0 - c->warmup_min_ratio) * ds_gamma(c, step, ds_warmup);

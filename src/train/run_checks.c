@@ -96,9 +96,14 @@ dt_status dt_train_check_settings(dt_train_config *c, int nranks) {
     if (c->init) return dt_error(DT_ERR_ARG, "--init %s: a ResNet's starting weights (GPT-2 starts from a file with --model FILE)", c->init);
     if (c->save_every && !c->save && !c->quiet) dt_log(DT_LOG_WARN, "--save-every %d does nothing without --save FILE", c->save_every);
     if (c->eval_every && !c->val_data) dt_log(DT_LOG_WARN, "--eval-every %d does nothing without --val-data FILE", c->eval_every);
-    if (c->steps > 0 && !c->quiet && c->sched.warmup >= c->steps && c->sched.kind <= DT_SCHED_COSINE)
+    bool ours = c->sched.kind <= DT_SCHED_COSINE || c->sched.kind >= DT_SCHED_LINEAR; /* DeepSpeed's count their own */
+    if (c->steps > 0 && !c->quiet && c->sched.warmup >= c->steps && ours)
         dt_log(DT_LOG_WARN, "--warmup %d is not shorter than the %d steps: the learning rate never reaches --lr", c->sched.warmup,
                c->steps);
+    int total = c->sched.total > 0 ? c->sched.total : c->steps, decay = c->sched.decay > 0 ? c->sched.decay : total / 10;
+    if (c->sched.kind == DT_SCHED_WSD && c->steps > 0 && c->sched.warmup + decay > total)
+        return dt_error(DT_ERR_ARG, "--schedule wsd: --warmup %d and %d decay steps (--decay-steps) do not fit in the %d steps",
+                        c->sched.warmup, decay, total);
     dt_status st = check_grad_store(c, nranks);
     if (!st) st = check_codec(c, nranks);
     if (!st) st = check_wires(c, nranks);
