@@ -122,9 +122,10 @@ dt_status dt_checkpoint_check_path(const char *path, const char *flag) {
     int other = 0;
     for (int i = 0; ext && files[i]; i++) other |= !strcasecmp(ext, files[i]);
     if (!other || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) return DT_OK;
+    bool save = !strcmp(flag, "--save"); /* export also writes llama.cpp's GGUF (checked by its caller before this) */
     return dt_error(DT_ERR_ARG, "%s %s: the name decides what is written: %s (a name without an extension), "
-                    "FILE.safetensors (HF's layout) or FILE.bin (llm.c's); dtrain writes no %s file", flag, path,
-                    strcmp(flag, "--save") ? "an HF folder" : "a checkpoint directory", ext);
+                    "FILE.safetensors (HF's layout)%s or FILE.bin (llm.c's); dtrain writes no %s file", flag, path,
+                    save ? "a checkpoint directory" : "an HF folder", save ? "" : ", FILE.gguf (llama.cpp's)", ext);
 }
 
 /* Whether a and b name the same existing directory. */
