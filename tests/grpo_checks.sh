@@ -70,6 +70,10 @@ refused "a missing prompts file" "--grpo $dir/none.txt" --grpo "$dir/none.txt" -
 refused "an empty prompts file" "no prompts" --grpo "$dir/empty.txt" --grpo-group 2
 printf '{"prompt": "a"}\n{"text": "b"}\n' > "$dir/bad.jsonl"
 refused "a .jsonl line without a prompt" "bad.jsonl:2: no \"prompt\" text" --grpo "$dir/bad.jsonl" --grpo-group 2
+printf 'The\n\0b\n' > "$dir/nul.txt"
+refused "a NUL byte in the prompts file" "nul.txt: byte 4 is a NUL" --grpo "$dir/nul.txt" --grpo-group 2
+printf '{"prompt": "a\\u0000b"}\n' > "$dir/nul.jsonl"
+refused "a NUL (\\u0000) in a .jsonl prompt" "nul.jsonl:1: not JSON (or more than one value, or a NUL character)" --grpo "$dir/nul.jsonl" --grpo-group 2
 printf '{"prompt": [{"role": "user", "content": "hi"}]}\n' > "$dir/chat.jsonl"
 refused "a conversational prompt" "chat.jsonl:1: conversational prompts" --grpo "$dir/chat.jsonl" --grpo-group 2
 head -c 300 /usr/share/common-licenses/GPL-3 | tr '\n' ' ' > "$dir/long.txt"

@@ -10,6 +10,7 @@
  * ({"prompt", "chosen", "rejected"}, DPO's) is two rows tokenized so, chosen then rejected (render_pair). */
 #include "sft_internal.h"
 #include "dtrain/io.h"
+#include "io/json_text.h"
 #include "dtrain/kernels.h"
 
 #include <cjson/cJSON.h>
@@ -222,8 +223,10 @@ static dt_status add_row(dt_sft *d, const seq *s) {
 static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok, dt_chat_kind chat, int eos) {
     char where[600];
     snprintf(where, sizeof where, "%s:%zu", d->path, lineno);
-    cJSON *j = cJSON_Parse(line);
-    if (!j) return dt_error(DT_ERR_IO, "%s: not JSON", where);
+    /* cJSON would end a text at a NUL unseen; a line is one value */
+    if (dt_json_holds_nul(line, strlen(line))) return dt_error(DT_ERR_IO, "%s: holds a NUL character (\\u0000), which dtrain cannot take", where);
+    cJSON *j = dt_json_parse_whole(line);
+    if (!j) return dt_error(DT_ERR_IO, "%s: not JSON (or more than one value)", where);
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages"), *p = cJSON_GetObjectItemCaseSensitive(j, "prompt"),
                 *c = cJSON_GetObjectItemCaseSensitive(j, "completion"), *ch = cJSON_GetObjectItemCaseSensitive(j, "chosen"),
                 *rj = cJSON_GetObjectItemCaseSensitive(j, "rejected");
@@ -287,6 +290,12 @@ dt_status dt_sft_load(const char *path, dt_bpe *tok, dt_chat_kind chat, int eos,
     size_t len = 0;
     dt_status st = dt_file_read_text(path, (size_t)1 << 40, &text, &len);
     if (st) return st;
+    const char *nul = memchr(text, 0, len); /* the lines after it would be lost unseen */
+    if (nul) {
+        st = dt_error(DT_ERR_IO, "%s: byte %zu is a NUL: a .jsonl file is text", path, (size_t)(nul - text));
+        free(text);
+        return st;
+    }
     dt_sft *d = calloc(1, sizeof *d);
     if (!d) { free(text); return dt_error(DT_ERR_NOMEM, "sft: out of memory"); }
     d->T = T, d->pairs = -1;

@@ -2,6 +2,7 @@
  * every field this server does not honour is refused rather than ignored,
  * so a client never gets silently different sampling than it asked for. */
 #include "serve_internal.h"
+#include "io/json_text.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -152,22 +153,13 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
     return DT_OK;
 }
 
-/* cJSON ends its strings at a NUL, so a "\u0000" (or a raw NUL byte) would cut a prompt short unseen: refused instead. */
-static bool holds_nul(const char *body, size_t len) {
-    if (memchr(body, 0, len)) return true;
-    for (size_t i = 0; i + 6 <= len; i++)
-        if (body[i] == '\\') {
-            if (body[i + 1] == 'u' && !memcmp(body + i + 2, "0000", 4)) return true;
-            i++; /* skip the escaped character: an escaped backslash before "u0000" leaves it text */
-        }
-    return false;
-}
 
 dt_status serve_params_parse(const char *body, size_t len, const serve_vocab *v, int context, bool chat, serve_params *p,
                              const char **param) {
     memset(p, 0, sizeof *p);
     *param = NULL;
-    if (holds_nul(body, len)) return dt_error(DT_ERR_ARG, "the body holds a NUL character (\\u0000), which this server cannot take");
+    /* cJSON would end a string at it, cutting a prompt short unseen */
+    if (dt_json_holds_nul(body, len)) return dt_error(DT_ERR_ARG, "the body holds a NUL character (\\u0000), which this server cannot take");
     const char *end = NULL;
     cJSON *o = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!o || !cJSON_IsObject(o)) {

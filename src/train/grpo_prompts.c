@@ -1,5 +1,6 @@
 /* The prompts a GRPO run completes (--grpo PROMPTS): read, tokenized and checked against the row's length once. */
 #include "grpo_prompts.h"
+#include "io/json_text.h"
 #include "dtrain/io.h"
 #include "run.h"
 
@@ -34,6 +35,12 @@ dt_status dt_grpo_prompts_read(dt_grpo_prompts *gp, const char *path, dt_bpe *to
     size_t len = 0;
     dt_status st = dt_file_read_text(path, (size_t)1 << 30, &text, &len);
     if (st) return dt_error(st, "--grpo %s: %s", path, dt_last_error());
+    const char *nul = memchr(text, 0, len); /* the prompts after it would be lost unseen */
+    if (nul) {
+        st = dt_error(DT_ERR_IO, "--grpo %s: byte %zu is a NUL: a prompts file is text", path, (size_t)(nul - text));
+        free(text);
+        return st;
+    }
     bool jsonl = dt_train_is_sft(path);
     size_t lineno = 0;
     for (char *s = text, *eol; !st && s < text + len; s = eol + 1) {
@@ -45,9 +52,9 @@ dt_status dt_grpo_prompts_read(dt_grpo_prompts *gp, const char *path, dt_bpe *to
         if (eol > s && eol[-1] == '\r') eol[-1] = 0;
         if (!*s) continue;
         if (!jsonl) { st = add_prompt(gp, s, where, tok, T); continue; }
-        cJSON *j = cJSON_Parse(s);
+        cJSON *j = dt_json_holds_nul(s, strlen(s)) ? NULL : dt_json_parse_whole(s); /* cJSON would end a text at a NUL */
         const cJSON *p = j ? cJSON_GetObjectItemCaseSensitive(j, "prompt") : NULL;
-        st = !j ? dt_error(DT_ERR_IO, "%s: not JSON", where)
+        st = !j ? dt_error(DT_ERR_IO, "%s: not JSON (or more than one value, or a NUL character)", where)
            : cJSON_IsArray(p) ? dt_error(DT_ERR_UNSUPPORTED, "%s: conversational prompts (a list of messages) are not read yet: give the "
                                          "prompt's text", where)
            : !cJSON_IsString(p) ? dt_error(DT_ERR_IO, "%s: no \"prompt\" text", where)

@@ -1,0 +1,15 @@
+/* JSON text from a user (a request's body, a line of a .jsonl file) read whole (json_text.c). cJSON ends its strings at
+ * a NUL, so a text holding one is refused rather than cut short unseen, and a line is one value with nothing after. */
+#ifndef DTRAIN_IO_JSON_TEXT_H
+#define DTRAIN_IO_JSON_TEXT_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Whether text's len bytes hold a NUL: a raw byte, or JSON's \u0000 escape (after an escaped backslash it is text). */
+bool dt_json_holds_nul(const char *text, size_t len);
+/* text (NUL-terminated) as one JSON value with only white space after it; NULL where it is not. */
+cJSON *dt_json_parse_whole(const char *text);
+
+#endif
