@@ -225,6 +225,7 @@ n 2 (not supported)|400|{"prompt": "The", "n": 2}
 logprobs (not supported)|400|{"prompt": "The", "logprobs": 3}
 a token id beyond the vocabulary|400|{"prompt": [1, 2, 300]}
 a NUL in the prompt (JSON's \u0000)|400|{"prompt": "The\u0000 end"}
+two JSON values|400|{"prompt": "The"} {"prompt": "A"}
 a 10 MB body|413|BIG
 a 3 MB body sent in chunks (no length)|413|CHUNKED
 EOF

@@ -5,6 +5,7 @@
 #include "io/json_text.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +163,11 @@ dt_status serve_params_parse(const char *body, size_t len, const serve_vocab *v,
     if (dt_json_holds_nul(body, len)) return dt_error(DT_ERR_ARG, "the body holds a NUL character (\\u0000), which this server cannot take");
     const char *end = NULL;
     cJSON *o = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    while (o && end < body + len && isspace((unsigned char)*end)) end++;
+    if (o && end < body + len && *end) { /* a second value, or text after the first: not one JSON object */
+        cJSON_Delete(o);
+        return dt_error(DT_ERR_ARG, "the body holds more than one JSON value (text at byte %zu of %zu)", (size_t)(end - body), len);
+    }
     if (!o || !cJSON_IsObject(o)) {
         size_t at = o ? 0 : (size_t)(end ? end - body : 0);
         cJSON_Delete(o);
