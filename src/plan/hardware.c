@@ -2,6 +2,7 @@
  * this_machine.c), a preset (A100 40 GB, H100 80 GB: the vendors' published
  * figures), or a JSON file of the same fields. */
 #include "plan_internal.h"
+#include "io/json_text.h"
 
 #include "dtrain/base.h"
 #include "dtrain/io.h"
@@ -41,11 +42,11 @@ static dt_status from_file(const char *path, dt_plan_hardware *h) {
     char *buf;
     dt_status st = dt_file_read_text(path, 1 << 20, &buf, NULL);
     if (st) return st;
-    cJSON *j = cJSON_Parse(buf);
+    cJSON *j = dt_json_parse_whole(buf); /* text after the object is not ignored */
     free(buf);
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
-        return dt_error(DT_ERR_ARG, "%s: not a JSON object (the fields: see docs/planner.md)", path);
+        return dt_error(DT_ERR_ARG, "%s: not one JSON object (the fields: see docs/planner.md)", path);
     }
     memset(h, 0, sizeof *h);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name"), *sh = cJSON_GetObjectItemCaseSensitive(j, "shared_memory");

@@ -1,6 +1,7 @@
 /* --config: the subset of DeepSpeed's JSON config that a single-process GPT-2
  * run uses. Flags given on the command line override the file. */
 #include "dtrain/train.h"
+#include "io/json_text.h"
 #include "dtrain/io.h"
 #include "dtrain/obs.h"
 
@@ -284,13 +285,15 @@ static dt_status read_comm_type(const char *path, const cJSON *root, dt_train_co
 /* The file's JSON object (*out, for cJSON_Delete). */
 static dt_status parse_file(const char *path, cJSON **out) {
     char *text = NULL;
-    dt_status st = dt_file_read_text(path, 16 << 20, &text, NULL);
+    size_t len = 0;
+    dt_status st = dt_file_read_text(path, 16 << 20, &text, &len);
     if (st) return st;
-    cJSON *root = *out = cJSON_Parse(text);
+    /* a NUL would end a key or a value unseen, text after the object would be ignored */
+    cJSON *root = *out = dt_json_holds_nul(text, len) ? NULL : dt_json_parse_whole(text);
     const char *e = root ? NULL : cJSON_GetErrorPtr();
     long off = e ? (long)(e - text) : -1;
     free(text);
-    if (!root) return dt_error(DT_ERR_IO, "%s: not valid JSON (near byte %ld)", path, off);
+    if (!root) return dt_error(DT_ERR_IO, "%s: not valid JSON (near byte %ld; a NUL or a second value is not taken either)", path, off);
     if (cJSON_IsObject(root)) return DT_OK;
     cJSON_Delete(root), *out = NULL;
     return dt_error(DT_ERR_ARG, "%s: the top level must be a JSON object ({\"train_micro_batch_size_per_gpu\": ...})", path);
