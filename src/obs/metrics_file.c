@@ -40,23 +40,29 @@ dt_status dt_metrics_truncate(const char *path, int last_step, int *dropped) {
     return st;
 }
 
-/* Cuts a partial last row off (a write that stopped inside it), so the file holds whole rows that plot and report read. */
-static void cut_partial_row(int fd) {
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return;
+/* Where the file's whole rows end (after its last newline; 0 where it has none), read back from its end. */
+static off_t whole_rows_end(int fd, off_t size) {
     char buf[4096];
-    for (off_t end = st.st_size; end > 0;) {
+    for (off_t end = size; end > 0;) {
         off_t from = end > (off_t)sizeof buf ? end - (off_t)sizeof buf : 0;
         ssize_t n = pread(fd, buf, (size_t)(end - from), from);
-        if (n <= 0) return;
+        if (n <= 0) return size; /* unreadable: left as it is */
         for (ssize_t i = n - 1; i >= 0; i--)
-            if (buf[i] == '\n') {
-                if (ftruncate(fd, from + i + 1) != 0) return; /* nothing more to do: the warning is said */
-                return;
-            }
+            if (buf[i] == '\n') return from + i + 1;
         end = from;
     }
-    if (ftruncate(fd, 0) != 0) return;
+    return 0;
+}
+
+/* Cuts a partial last row off (a write that stopped inside it), so the file holds whole rows that plot and report read. */
+static void cut_partial_row(const char *path) {
+    int fd = open(path, O_RDWR);
+    struct stat st;
+    if (fd < 0) return;
+    off_t keep = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? whole_rows_end(fd, st.st_size) : -1;
+    if (keep >= 0 && keep < st.st_size && ftruncate(fd, keep) != 0)
+        dt_log(DT_LOG_WARN, "metrics file %s: its last row is cut short: %s", path, strerror(errno));
+    close(fd);
 }
 
 bool dt_metrics_flush(FILE **f, const char *path, long step) {
@@ -67,7 +73,6 @@ bool dt_metrics_flush(FILE **f, const char *path, long step) {
            path ? path : "(unnamed)", step, strerror(err));
     fclose(*f); /* which may write more of the row: cut it after */
     *f = NULL;
-    int fd = path ? open(path, O_RDWR) : -1;
-    if (fd >= 0) cut_partial_row(fd), close(fd);
+    if (path) cut_partial_row(path);
     return false;
 }
