@@ -181,7 +181,7 @@ expect "a bad value named by its whole key" 2 '"optimizer.params.lr" must be a n
 echo '{"communication_data_type": "int8"}' > "$dir/bad.json"
 expect "communication_data_type checked" 2 '"communication_data_type" must be "fp32", "bf16" or "fp16"' -- "$DTRAIN" train "${model[@]}" --config "$dir/bad.json"
 echo '{"train_micro_batch_size_per_gpu": 2} {"gradient_accumulation_steps": 4}' > "$dir/bad.json"
-expect "a config of two JSON values" 2 "bad.json: not valid JSON \(near byte 38; a NUL or a second value" -- "$DTRAIN" train "${model[@]}" --config "$dir/bad.json"
+expect "a config of two JSON values" 2 "bad.json: not valid JSON \(near byte 38; one value, nothing after it" -- "$DTRAIN" train "${model[@]}" --config "$dir/bad.json"
 expect "--strategy fsdp points to zero3" 2 "--strategy fsdp: dtrain's fully sharded data parallelism is zero3" -- "$DTRAIN" train "${model[@]}" --strategy fsdp
 expect "--cp over more ranks than the job has" 2 "--tp 1 x --pp 1 x --cp 2 = 2 does not divide the job's 1 rank" -- "$DTRAIN" train "${model[@]}" --cp 2
 expect "--cp-impl of no such kind" 2 "--cp-impl rings is not valid: expected ring, ulysses or auto" -- "$DTRAIN" train "${model[@]}" --cp-impl rings

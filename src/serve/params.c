@@ -154,7 +154,6 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
     return DT_OK;
 }
 
-
 dt_status serve_params_parse(const char *body, size_t len, const serve_vocab *v, int context, bool chat, serve_params *p,
                              const char **param) {
     memset(p, 0, sizeof *p);

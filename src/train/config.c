@@ -289,11 +289,15 @@ static dt_status parse_file(const char *path, cJSON **out) {
     dt_status st = dt_file_read_text(path, 16 << 20, &text, &len);
     if (st) return st;
     /* a NUL would end a key or a value unseen, text after the object would be ignored */
-    cJSON *root = *out = dt_json_holds_nul(text, len) ? NULL : dt_json_parse_whole(text);
+    if (dt_json_holds_nul(text, len)) {
+        free(text);
+        return dt_error(DT_ERR_IO, "%s: holds a NUL character (\\u0000, or a raw byte): not taken", path);
+    }
+    cJSON *root = *out = dt_json_parse_whole(text);
     const char *e = root ? NULL : cJSON_GetErrorPtr();
     long off = e ? (long)(e - text) : -1;
     free(text);
-    if (!root) return dt_error(DT_ERR_IO, "%s: not valid JSON (near byte %ld; a NUL or a second value is not taken either)", path, off);
+    if (!root) return dt_error(DT_ERR_IO, "%s: not valid JSON (near byte %ld; one value, nothing after it)", path, off);
     if (cJSON_IsObject(root)) return DT_OK;
     cJSON_Delete(root), *out = NULL;
     return dt_error(DT_ERR_ARG, "%s: the top level must be a JSON object ({\"train_micro_batch_size_per_gpu\": ...})", path);
