@@ -104,6 +104,9 @@ dt_status dt_gguf_save(const char *path, dt_gpt2 *m, const dt_bpe *tok);
 dt_status dt_file_write_atomic(const char *path, const void *const *parts, const size_t *sizes, int nparts);
 /* A whole text file (NUL-terminated; *len without it may be NULL), at most max_bytes. */
 dt_status dt_file_read_text(const char *path, size_t max_bytes, char **out, size_t *len);
+/* The same for a file of lines (a .jsonl, a prompts file) that must hold no NUL byte: every line after one would be
+ * lost to a reader of C strings, so one is refused naming its offset. */
+dt_status dt_file_read_lines(const char *path, size_t max_bytes, char **out, size_t *len);
 /* Whether path can be written (creates and removes a temporary beside it):
  * checked at start-up so that a long run does not learn it at the end. */
 dt_status dt_file_check_writable(const char *path);

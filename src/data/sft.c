@@ -288,14 +288,8 @@ dt_status dt_sft_load(const char *path, dt_bpe *tok, dt_chat_kind chat, int eos,
     if (T < 1) return dt_error(DT_ERR_ARG, "%s: a row of %d tokens", path, T);
     char *text = NULL;
     size_t len = 0;
-    dt_status st = dt_file_read_text(path, (size_t)1 << 40, &text, &len);
+    dt_status st = dt_file_read_lines(path, (size_t)1 << 40, &text, &len);
     if (st) return st;
-    const char *nul = memchr(text, 0, len); /* the lines after it would be lost unseen */
-    if (nul) {
-        st = dt_error(DT_ERR_IO, "%s: byte %zu is a NUL: a .jsonl file is text", path, (size_t)(nul - text));
-        free(text);
-        return st;
-    }
     dt_sft *d = calloc(1, sizeof *d);
     if (!d) { free(text); return dt_error(DT_ERR_NOMEM, "sft: out of memory"); }
     d->T = T, d->pairs = -1;

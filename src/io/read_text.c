@@ -1,4 +1,4 @@
-/* A text file read whole (manifests, configs, metrics, traces), with a size
+/* A text file read whole (manifests, configs, metrics, traces, lines of data), with a size
  * cap so that a wrong path to a huge file fails instead of filling memory. */
 #include "dtrain/io.h"
 
@@ -31,4 +31,17 @@ dt_status dt_file_read_text(const char *path, size_t max_bytes, char **out, size
     *out = t;
     if (len) *len = got;
     return DT_OK;
+}
+
+dt_status dt_file_read_lines(const char *path, size_t max_bytes, char **out, size_t *len) {
+    size_t n = 0;
+    dt_status st = dt_file_read_text(path, max_bytes, out, &n);
+    if (len) *len = n;
+    const char *nul = st ? NULL : memchr(*out, 0, n);
+    if (!nul) return st;
+    st = dt_error(DT_ERR_IO, "%s: byte %zu is a NUL: a file of lines is text", path, (size_t)(nul - *out));
+    free(*out);
+    *out = NULL;
+    if (len) *len = 0;
+    return st;
 }

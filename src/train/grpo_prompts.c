@@ -33,14 +33,8 @@ static dt_status add_prompt(dt_grpo_prompts *gp, const char *text, const char *w
 dt_status dt_grpo_prompts_read(dt_grpo_prompts *gp, const char *path, dt_bpe *tok, int T) {
     char *text = NULL, where[4200];
     size_t len = 0;
-    dt_status st = dt_file_read_text(path, (size_t)1 << 30, &text, &len);
-    if (st) return dt_error(st, "--grpo %s: %s", path, dt_last_error());
-    const char *nul = memchr(text, 0, len); /* the prompts after it would be lost unseen */
-    if (nul) {
-        st = dt_error(DT_ERR_IO, "--grpo %s: byte %zu is a NUL: a prompts file is text", path, (size_t)(nul - text));
-        free(text);
-        return st;
-    }
+    dt_status st = dt_file_read_lines(path, (size_t)1 << 30, &text, &len);
+    if (st) return dt_error(st, "--grpo %s", dt_last_error());
     bool jsonl = dt_train_is_sft(path);
     size_t lineno = 0;
     for (char *s = text, *eol; !st && s < text + len; s = eol + 1) {
