@@ -42,7 +42,7 @@ static double time_prefill(dt_decoder *d, int P, int reps, float *logits) {
     for (int r = 0; r < reps; r++) {
         for (int i = 0; i < P; i++) rows[i] = (dt_infer_row){ 0, i, (int32_t)((i * 7919 + r) % 50000 % dt_decoder_config(d)->vocab_size), i == P - 1 };
         double t0 = dt_time_now();
-        if (dt_decoder_step(d, rows, P, logits)) return -1;
+        if (dt_decoder_step(d, rows, P, logits)) { free(rows); return -1; }
         t[r] = dt_time_now() - t0;
     }
     free(rows);
