@@ -36,12 +36,13 @@ dt_status dt_file_read_text(const char *path, size_t max_bytes, char **out, size
 dt_status dt_file_read_lines(const char *path, size_t max_bytes, char **out, size_t *len) {
     size_t n = 0;
     dt_status st = dt_file_read_text(path, max_bytes, out, &n);
-    if (len) *len = n;
     const char *nul = st ? NULL : memchr(*out, 0, n);
-    if (!nul) return st;
-    st = dt_error(DT_ERR_IO, "%s: byte %zu is a NUL: a file of lines is text", path, (size_t)(nul - *out));
-    free(*out);
-    *out = NULL;
-    if (len) *len = 0;
+    if (nul) {
+        st = dt_error(DT_ERR_IO, "%s: byte %zu is a NUL: a file of lines is text", path, (size_t)(nul - *out));
+        free(*out);
+        *out = NULL;
+        n = 0;
+    }
+    if (len) *len = n;
     return st;
 }
