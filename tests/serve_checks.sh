@@ -208,6 +208,9 @@ start bad "$dir/byte.bin" --threads 1 --slots 2 --upload-timeout 2 || exit 1
 head -c 10000000 /dev/zero | tr '\0' a > "$dir/big"
 while IFS='|' read -r what want body; do
     if [ "$body" = BIG ]; then r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/completions" --data-binary @"$dir/big")
+    elif [ "$body" = LATIN1 ]; then # a prompt in Latin-1, not UTF-8: 0xe9 ('é') starts no character
+        r=$(printf '{"prompt": "caf\351 au lait"}' | curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/completions" --data-binary @-)
+        echo "$r" | grep -q 'byte 15 of 26 (0xe9)' || r="$r (the message does not name byte 15, 0xe9)"
     elif [ "$body" = CHUNKED ]; then
         r=$(head -c 3000000 "$dir/big" | curl -s -w ' %{http_code}' -H 'Transfer-Encoding: chunked' "http://127.0.0.1:$port/v1/completions" --data-binary @-)
     else r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/completions" -d "$body"); fi
@@ -226,6 +229,7 @@ logprobs (not supported)|400|{"prompt": "The", "logprobs": 3}
 a token id beyond the vocabulary|400|{"prompt": [1, 2, 300]}
 a NUL in the prompt (JSON's \u0000)|400|{"prompt": "The\u0000 end"}
 two JSON values|400|{"prompt": "The"} {"prompt": "A"}
+a prompt not in UTF-8|400|LATIN1
 a 10 MB body|413|BIG
 a 3 MB body sent in chunks (no length)|413|CHUNKED
 EOF

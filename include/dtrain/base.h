@@ -44,6 +44,8 @@ typedef enum { DT_LOG_ERROR = 0, DT_LOG_WARN, DT_LOG_INFO, DT_LOG_DEBUG } dt_log
 /* n bytes as valid UTF-8 (JSON's strings must be): each byte that does not start a whole character becomes U+FFFD
  * (base/utf8.c). Caller frees; NULL: no memory. */
 char *dt_utf8_clean(const char *s, size_t n, size_t *out_len);
+/* Where n bytes stop being UTF-8: the offset of the first byte that starts no whole character, n if every one does. */
+size_t dt_utf8_find_invalid(const char *s, size_t n);
 void dt_log_set_rank(int rank);
 void dt_log_set_level(dt_log_level level);
 void dt_log(dt_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

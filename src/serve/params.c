@@ -160,6 +160,11 @@ dt_status serve_params_parse(const char *body, size_t len, const serve_vocab *v,
     *param = NULL;
     /* cJSON would end a string at it, cutting a prompt short unseen */
     if (dt_json_holds_nul(body, len)) return dt_error(DT_ERR_ARG, "the body holds a NUL character (\\u0000), which this server cannot take");
+    /* JSON text is UTF-8 (RFC 8259): other bytes, which a byte-level model would take as text, are refused */
+    size_t bad = dt_utf8_find_invalid(body, len);
+    if (bad < len)
+        return dt_error(DT_ERR_ARG, "the body is not UTF-8, which JSON must be: byte %zu of %zu (0x%02x) starts no character", bad, len,
+                        (unsigned)(unsigned char)body[bad]);
     const char *end = NULL;
     cJSON *o = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     while (o && end < body + len && isspace((unsigned char)*end)) end++;

@@ -1,8 +1,9 @@
 /* dtrain serve's request parser (a /v1/completions body, and the same bytes as a /v1/chat/completions one) and its
- * UTF-8 cleaning: any bytes give a request or a message, never a crash; cleaned text is valid UTF-8 (cleaning it
- * again changes nothing). */
+ * UTF-8 cleaning: any bytes give a request or a message, never a crash; a request taken was UTF-8; cleaned text is
+ * valid UTF-8 (cleaning it again changes nothing), and text that was valid, with no NUL, comes out unchanged. */
 #include "serve/serve_internal.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,12 +14,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     for (int chat = 0; chat < 2; chat++)
         if (serve_params_parse((const char *)data, n, &v, 64, chat, &p, &param) == DT_OK) {
             if (p.nprompt < 1 || p.nprompt + p.max_tokens > 64 || p.max_tokens < 1 || dt_sampling_check(&p.sampling)) abort();
+            if (dt_utf8_find_invalid((const char *)data, n) != n) abort();
             serve_params_free(&p);
         }
     size_t m, m2;
     char *a = dt_utf8_clean((const char *)data, n, &m);
     char *b = a ? dt_utf8_clean(a, m, &m2) : NULL;
-    if (a && (!b || m2 != m || memcmp(a, b, m))) abort();
+    if (a && (!b || m2 != m || memcmp(a, b, m) || dt_utf8_find_invalid(a, m) != m)) abort();
+    bool valid = dt_utf8_find_invalid((const char *)data, n) == n && !memchr(data, 0, n);
+    if (a && valid && (m != n || memcmp(a, data, n))) abort();
     free(a);
     free(b);
     return 0;
