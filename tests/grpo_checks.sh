@@ -73,7 +73,9 @@ refused "a .jsonl line without a prompt" "bad.jsonl:2: no \"prompt\" text" --grp
 printf 'The\n\0b\n' > "$dir/nul.txt"
 refused "a NUL byte in the prompts file" "nul.txt: byte 4 is a NUL" --grpo "$dir/nul.txt" --grpo-group 2
 printf '{"prompt": "a\\u0000b"}\n' > "$dir/nul.jsonl"
-refused "a NUL (\\u0000) in a .jsonl prompt" "nul.jsonl:1: not JSON (or more than one value, or a NUL character)" --grpo "$dir/nul.jsonl" --grpo-group 2
+refused "a NUL (\\u0000) in a .jsonl prompt" "nul.jsonl:1: holds a NUL character" --grpo "$dir/nul.jsonl" --grpo-group 2
+printf '{"prompt": "caf\351"}\n' > "$dir/latin1.jsonl"
+refused "a .jsonl prompt in Latin-1" "latin1.jsonl:1: byte 15 of the line (0xe9) starts no UTF-8" --grpo "$dir/latin1.jsonl" --grpo-group 2
 printf '{"prompt": [{"role": "user", "content": "hi"}]}\n' > "$dir/chat.jsonl"
 refused "a conversational prompt" "chat.jsonl:1: conversational prompts" --grpo "$dir/chat.jsonl" --grpo-group 2
 head -c 300 /usr/share/common-licenses/GPL-3 | tr '\n' ' ' > "$dir/long.txt"

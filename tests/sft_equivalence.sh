@@ -6,7 +6,7 @@
 # binned into full rows, attention and positions inside each) under DDP 2, TP 2 with SP, PP 2 (1F1B, interleaved) and
 # blockwise attention. A checkpoint saved
 # at step 10 resumes with the same losses; --val-data FILE.jsonl evaluates the same on 1 and 2 ranks; what cannot
-# be is refused: a token file beside a .jsonl, chats without a tokenizer, a line holding a NUL or two values.
+# be is refused: a token file beside a .jsonl, chats without a tokenizer, a line holding a NUL or two values or not UTF-8.
 # usage: sft_equivalence.sh DTRAIN FIXTURES
 set -u
 DTRAIN=$1
@@ -84,6 +84,8 @@ refused "--shuffle-rows of a .jsonl" "rows are whole examples" train "${common[@
 refused "a line with text after its value" "two.jsonl:21: not JSON (or more than one value)" train "${common[@]}" --batch 8 --data "$dir/two.jsonl"
 { head -n 20 "$dir/train.jsonl"; echo '{"prompt": "a\u0000b", "completion": "b"}'; } > "$dir/nul.jsonl"
 refused "a NUL inside a line" "nul.jsonl:21: holds a NUL character" train "${common[@]}" --batch 8 --data "$dir/nul.jsonl"
+{ head -n 20 "$dir/train.jsonl"; printf '{"prompt": "caf\351", "completion": "b"}\n'; } > "$dir/latin1.jsonl"
+refused "a line in Latin-1" "latin1.jsonl:21: byte 15 of the line (0xe9) starts no UTF-8" train "${common[@]}" --batch 8 --data "$dir/latin1.jsonl"
 { head -n 20 "$dir/train.jsonl"; printf 'x\0y\n'; } > "$dir/raw.jsonl"
 refused "a NUL byte in the file" "raw.jsonl: byte [0-9]* is a NUL" train "${common[@]}" --batch 8 --data "$dir/raw.jsonl"
 echo "sft equivalence: $passed passed, $failed failed"

@@ -223,10 +223,9 @@ static dt_status add_row(dt_sft *d, const seq *s) {
 static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok, dt_chat_kind chat, int eos) {
     char where[600];
     snprintf(where, sizeof where, "%s:%zu", d->path, lineno);
-    /* cJSON would end a text at a NUL unseen; a line is one value */
-    if (dt_json_holds_nul(line, strlen(line))) return dt_error(DT_ERR_IO, "%s: holds a NUL character (\\u0000), which dtrain cannot take", where);
-    cJSON *j = dt_json_parse_whole(line);
-    if (!j) return dt_error(DT_ERR_IO, "%s: not JSON (or more than one value)", where);
+    cJSON *j = NULL;
+    dt_status pst = dt_json_parse_line(line, where, &j);
+    if (pst) return pst;
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages"), *p = cJSON_GetObjectItemCaseSensitive(j, "prompt"),
                 *c = cJSON_GetObjectItemCaseSensitive(j, "completion"), *ch = cJSON_GetObjectItemCaseSensitive(j, "chosen"),
                 *rj = cJSON_GetObjectItemCaseSensitive(j, "rejected");

@@ -3,6 +3,8 @@
 #ifndef DTRAIN_IO_JSON_TEXT_H
 #define DTRAIN_IO_JSON_TEXT_H
 
+#include "dtrain/base.h"
+
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -11,5 +13,8 @@
 bool dt_json_holds_nul(const char *text, size_t len);
 /* text (NUL-terminated) as one JSON value with only white space after it; NULL where it is not. */
 cJSON *dt_json_parse_whole(const char *text);
+/* A user's line of JSON (a .jsonl's; where names it, "FILE:LINE", in errors) as one value into *out: an error that
+ * says which where it holds a NUL, is not UTF-8 (as JSON text must be) or is not one value. */
+dt_status dt_json_parse_line(const char *text, const char *where, cJSON **out);
 
 #endif

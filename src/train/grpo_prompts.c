@@ -46,10 +46,10 @@ dt_status dt_grpo_prompts_read(dt_grpo_prompts *gp, const char *path, dt_bpe *to
         if (eol > s && eol[-1] == '\r') eol[-1] = 0;
         if (!*s) continue;
         if (!jsonl) { st = add_prompt(gp, s, where, tok, T); continue; }
-        cJSON *j = dt_json_holds_nul(s, strlen(s)) ? NULL : dt_json_parse_whole(s); /* cJSON would end a text at a NUL */
-        const cJSON *p = j ? cJSON_GetObjectItemCaseSensitive(j, "prompt") : NULL;
-        st = !j ? dt_error(DT_ERR_IO, "%s: not JSON (or more than one value, or a NUL character)", where)
-           : cJSON_IsArray(p) ? dt_error(DT_ERR_UNSUPPORTED, "%s: conversational prompts (a list of messages) are not read yet: give the "
+        cJSON *j = NULL;
+        if ((st = dt_json_parse_line(s, where, &j))) break;
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
+        st = cJSON_IsArray(p) ? dt_error(DT_ERR_UNSUPPORTED, "%s: conversational prompts (a list of messages) are not read yet: give the "
                                          "prompt's text", where)
            : !cJSON_IsString(p) ? dt_error(DT_ERR_IO, "%s: no \"prompt\" text", where)
                                 : add_prompt(gp, p->valuestring, where, tok, T);
