@@ -261,12 +261,14 @@ static void decode_panel(float *res, const float *x, size_t ldx, const view *v, 
 typedef struct {
     const float *x;     /* rows [n][K] */
     const uint16_t *xb; /* int8: the rows rounded to bf16 (rowdot_int8.c) */
-    const float *xf;    /* int8 at AVX2's prefill: those widened to f32 in the spec's order (dt_rowdot_q8_widen_row) */
+    const float *xf;    /* int8 on AVX2 (prefill, and decoding's 7-8 rows): those widened to f32 in the spec's order
+                         * (dt_rowdot_q8_widen_row) */
     const void *w;
     const float *scale, *bias; /* scale: int8's per output (NULL in f32) */
     bool packed;
     int n, K, O;
     int level; /* the tiles' path (simd.h): int8 takes AVX2's where it does not multiply bf16 */
+    bool widened; /* int8 whose view is its panel widened to f32 (widened_view): f32's kernels on xf, then scaled */
 } call;
 
 /* Tiles, widest first: [0] the one a block of nr rows is swept in, [1] a narrower one for what is left of a
@@ -289,7 +291,7 @@ static void tile_widths(int nr, int level, tile_choice c[2]) {
 static void run_tile(const call *c, tile_kind kind, float *res, int r, const view *v, int i, int nr, bool stream, const void *wb) {
 #if HAVE_AVX2_PATH
     size_t K = (size_t)c->K, rs = v->rs, cs = v->cs, trs = v->trs;
-    if (c->scale) {
+    if (c->scale && !c->widened) {
         const int8_t *w = (const int8_t *)v->w + i * rs, *t = (const int8_t *)v->t + i * trs;
         const uint16_t *x = c->xb + (size_t)r * K;
         if (kind == T_WIDE) dt_rowdot_q8_wide(nr, res, x, K, (const uint16_t *)wb + i * rs, cs, t, trs, c->K);
@@ -297,7 +299,8 @@ static void run_tile(const call *c, tile_kind kind, float *res, int r, const vie
         return;
     }
     size_t pf = stream && v->packed ? cs * sizeof(float) : 0;
-    const float *w = (const float *)v->w + i * rs, *t = (const float *)v->t + i * trs, *x = c->x + (size_t)r * K;
+    const float *w = (const float *)v->w + i * rs, *t = (const float *)v->t + i * trs;
+    const float *x = (c->widened ? c->xf : c->x) + (size_t)r * K;
     if (kind == T_WIDE) wide_f32(nr, res, x, K, w, rs, cs, t, trs, c->K, pf);
     else tile_f32(nr, res, x, K, w, rs, cs, t, trs, c->K, pf);
 #else
@@ -333,11 +336,28 @@ static void block(const call *c, float *out, const view *v, int r, int nr, int o
         if (kind != T_NONE) run_tile(c, kind, res, r, v, i + t, nr, first && t == 0, wb);
         else
             for (int a = 0; a < nr; a++)
-                res[a * RES_LD] = c->scale ? dt_rowdot_q8_dot(c->xb + (r + a) * K, v, i + t, c->K)
-                                           : dot_portable(c->x + (r + a) * K, v, i + t, c->K);
+                res[a * RES_LD] = c->scale && !c->widened ? dt_rowdot_q8_dot(c->xb + (r + a) * K, v, i + t, c->K)
+                                                          : dot_portable((c->widened ? c->xf : c->x) + (r + a) * K, v, i + t, c->K);
         put(out, res, r, nr, o0 + i + t, m, c->scale, c->bias, c->O);
     }
 }
+
+/* int8's panel v widened to f32 at wf (dt_rowdot_q8_widen_f32): a view of it that f32's kernels read in int8's
+ * spec's order, against the rows widened as xf: chunks of 8, a chunk of 16's odd inputs then its even ones, so each
+ * lane takes the odd product, then the even one; the tail's 16 a row after the panel's K & ~15. f32's kernels end
+ * their chunks at K & ~7: the same place where K & 8 is 0 (widens); sweep_avx2 ends them itself. */
+static inline view widened_view(const float *wf, const view *v, int K) {
+    size_t kend = (size_t)(K & ~15);
+    return (view){ wf, wf + (size_t)v->pw * kend, kend, 8, 16, v->pw, false };
+}
+
+/* Whether int8 on AVX2 runs a decoding step's 7-8 rows against its panels widened to f32, a tile's 3 outputs at a
+ * time (12 KB at K 1024, in L1 for the second group; 6 at a time no faster), once for both groups of rows: its own
+ * tiles converted each weight four times at batch 8 (twice in a tile of 4 rows x 3 outputs, which cannot hold its
+ * rows' inputs too, and once a group). An AMD EPYC of Zen 1's kind (AVX2, one thread, 124M's Linears at 8 rows,
+ * rowdot_bench): 18.4-18.8 -> 22.8-23.5 GFLOP/s; at 2-6 rows (one group) no faster or slower (2 rows, whose tile
+ * converts once: 17 -> 11), so they keep their tiles. */
+static bool widens(const call *c) { return c->scale && c->level == DT_SIMD_AVX2 && c->n > 6 && c->n <= DECODE_ROWS && !(c->K & 8); }
 
 /* Whether a call's groups of rows go through sweep_avx2: AVX2's prefill (int8 without AVX512-BF16 takes AVX2's
  * level), not a decoding step's few rows. */
@@ -360,9 +380,9 @@ static void sweep_avx2(const call *c, float *out, const view *v, int p, int r, i
     __m256 save[DT_PANEL / 2 * 12]; /* a tile's R x NO <= 12 accumulators, for at most DT_PANEL / 2 tiles */
     float res[6 * RES_LD];
     _Alignas(64) float xb[6 * XB_LD]; /* 32-byte loads that never straddle a cache line */
-    const float *x = (q8 ? c->xf : c->x) + (size_t)r * (size_t)K, *w = q8 ? wf : v->w;
-    const float *t = q8 ? wf + (size_t)v->pw * (size_t)kend : v->t;
-    size_t rs = q8 ? (size_t)kend : v->rs, cs = q8 ? 8 : v->cs, trs = q8 ? 16 : v->trs;
+    view f = q8 ? widened_view(wf, v, K) : *v;
+    const float *x = (q8 ? c->xf : c->x) + (size_t)r * (size_t)K, *w = f.w, *t = f.t;
+    size_t rs = f.rs, cs = f.cs, trs = f.trs;
     for (int k0 = 0;; k0 += PREFILL_KBLOCK) {
         int k1 = k0 + PREFILL_KBLOCK < kend ? k0 + PREFILL_KBLOCK : kend;
         bool first = k0 == 0, last = k1 == kend;
@@ -380,8 +400,8 @@ static void sweep_avx2(const call *c, float *out, const view *v, int p, int r, i
 
 /* Panels [p0, p1) against rows [0, n): each panel in blocks of its rows' widest tile, by up to 6 rows, swept
  * while a chunk of rows is in cache. wb: room for a panel widened (int8 with more than one row: to bf16 on
- * AVX512-BF16; to f32 and its tails on AVX2 at prefill, where a chunk's groups of rows would each convert it again;
- * else NULL). */
+ * AVX512-BF16; to f32 and its tails on AVX2, where a chunk's groups of rows would each convert it again (prefill,
+ * and decoding's 7-8 rows: widens); else NULL). */
 static void rows_range(const call *c, float *out, int p0, int p1, void *wb) {
     bool q8 = c->scale != NULL;
     size_t K = (size_t)c->K;
@@ -406,6 +426,20 @@ static void rows_range(const call *c, float *out, int p0, int p1, void *wb) {
             if (sweeps(c) && base > 1) {
                 if (q8) dt_rowdot_q8_widen_f32(wb, &v, c->K);
                 for (int a = 0, r = r0; a < g; r += base + (a < extra), a++) sweep_avx2(c, out, &v, p, r, base + (a < extra), wb);
+                continue;
+            }
+            if (widens(c)) {
+                call cw = *c;
+                cw.widened = true;
+                for (int i = 0, m; i < v.pw; i += m) {
+                    m = v.pw - i < 3 ? v.pw - i : 3;
+                    view part = v;
+                    part.w = (const int8_t *)v.w + (size_t)i * v.rs, part.t = (const int8_t *)v.t + (size_t)i * v.trs, part.pw = m;
+                    dt_rowdot_q8_widen_f32(wb, &part, c->K);
+                    view f = widened_view(wb, &part, c->K);
+                    for (int a = 0, r = r0; a < g; r += base + (a < extra), a++)
+                        block(&cw, out, &f, r, base + (a < extra), p * DT_PANEL + i, 0, m, false, NULL);
+                }
                 continue;
             }
 #endif
@@ -462,13 +496,13 @@ static dt_status rowdot(float *out, const float *x, const void *w, bool packed, 
         return DT_OK;
     }
     bool dp = scale && packed && dt_kernels_dpbf16();
-    call c = { x, NULL, NULL, w, scale, bias, packed, n, K, O, scale && !dp && simd > DT_SIMD_AVX2 ? DT_SIMD_AVX2 : simd };
+    call c = { x, NULL, NULL, w, scale, bias, packed, n, K, O, scale && !dp && simd > DT_SIMD_AVX2 ? DT_SIMD_AVX2 : simd, false };
     /* threads only where there is work for them and none are at work already (the results do not depend on it) */
     bool threads = (double)n * K * O >= 65536 && !omp_in_parallel();
     int nt = threads ? omp_get_max_threads() : 1;
     /* int8: its rows in bf16, and a panel's room to widen a thread: to bf16 where tiles of AVX512-BF16 take them, to
-     * f32 (with the rows) where AVX2's prefill runs f32's tiles (sweep_avx2) */
-    bool sweep8 = scale && sweeps(&c);
+     * f32 (with the rows) where AVX2 runs f32's tiles (sweep_avx2 at prefill, widens at decoding) */
+    bool sweep8 = scale && (sweeps(&c) || widens(&c));
     size_t xbn = scale ? (size_t)n * K : 0, xfn = sweep8 ? (size_t)n * K : 0, panel = (size_t)DT_PANEL * (K & ~15);
     size_t wbytes = dp && n > 1 && (n > DECODE_ROWS || O % DT_PANEL) ? panel * sizeof(uint16_t)
                     : sweep8 ? (panel + DT_PANEL * 16) * sizeof(float) : 0;
