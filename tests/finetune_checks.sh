@@ -2,6 +2,9 @@
 # and the checks they share. A script sets DTRAIN, and common=(the flags every training run of run() takes) before
 # it runs one.
 . "$(dirname "${BASH_SOURCE[0]}")/checks.sh"   # the directory, the counters, field, gpl_tokens
+# the tokenized rows cached in the scratch directory, not the user's: rows cached by an earlier build (or a run with a
+# bug planted) would answer a refusal's check without the file being read (CI failed so once, a Latin-1 line taken)
+export XDG_CACHE_HOME=$dir/cache
 verdict() { # OK WHAT
     if [ "$1" = 1 ]; then passed=$((passed + 1)); echo "ok   $2"; else failed=$((failed + 1)); echo "FAIL $2"; fi
 }

@@ -14,7 +14,8 @@ bool dt_json_holds_nul(const char *text, size_t len);
 /* text (NUL-terminated) as one JSON value with only white space after it; NULL where it is not. */
 cJSON *dt_json_parse_whole(const char *text);
 /* A user's line of JSON (a .jsonl's; where names it, "FILE:LINE", in errors) as one value into *out: an error that
- * says which where it holds a NUL, is not UTF-8 (as JSON text must be) or is not one value. */
+ * says which where it holds a NUL, is not UTF-8 (as JSON text must be) or is not one value. What it refuses is part
+ * of the fine-tuning rows' cache key (sft_cache.c's ROWS_VERSION): a change here changes that, or cached rows skip it. */
 dt_status dt_json_parse_line(const char *text, const char *where, cJSON **out);
 
 #endif
