@@ -263,6 +263,10 @@ dt_status dt_peers_create(dt_peers **out);
 void dt_peers_destroy(dt_peers *p);
 /* Some rank of the job is gone (or may be): destroy leaves MPI unfinalized. */
 void dt_peers_lost(dt_peers *p);
+/* A thread that ends this process, saying so, once one call into MPI has run for more than `seconds` (every call here
+ * should return at once: one that does not would hold the caller past any timeout of its own). Once, before any
+ * message; stopped by destroy. */
+dt_status dt_peers_guard(dt_peers *p, double seconds);
 int dt_peers_rank(const dt_peers *p);
 int dt_peers_size(const dt_peers *p);
 dt_status dt_peers_send(dt_peers *p, int peer, int tag, const void *buf, size_t bytes, dt_peer_msg **out);

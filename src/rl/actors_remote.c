@@ -7,7 +7,9 @@
  * MPI 4.1's TCP transport, once a write to a dead rank fails (EPIPE), can
  * spin inside MPI_Test forever (measured: 3 of 7 runs with an actor killed
  * mid-run while the learner sent to it every update and each second), and
- * a reply goes out at most once after an actor's last word. */
+ * a reply goes out at most once after an actor's last word. That one reply
+ * can still spin (1 in 8-20 runs on a loaded machine): the peers' guard ends
+ * the rank stuck so, saying so, rather than hang (dt_peers_guard). */
 #include "actors_internal.h"
 
 #include <stdio.h>

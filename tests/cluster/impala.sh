@@ -26,6 +26,14 @@ rank_on() { # MACHINE RANK: that dtrain rank's pid
         grep -qz "^OMPI_COMM_WORLD_RANK=$2\$" /proc/$p/environ 2> /dev/null && grep -q dtrain /proc/$p/cmdline 2> /dev/null && echo $p
     done | head -1
 }
+wait_job() { # PID SECONDS: the job ended within them; else its ranks are killed (a hang fails the check, never the suite)
+    local i q
+    for ((i = 0; i < $2 * 10; i++)); do kill -0 "$1" 2> /dev/null || { wait "$1"; return 0; }; sleep 0.1; done
+    for q in $(rank_on 1 0) $(rank_on 1 2) $(rank_on 2 1); do kill -9 "$q"; done
+    kill "$1" 2> /dev/null
+    wait "$1"
+    return 1
+}
 wait_rows() { for ((i = 0; i < 1800; i++)); do [ "$(rows "$1")" -ge "$2" ] && return 0; sleep 0.1; done; return 1; }
 
 # the synchronous run across the machines: the local actors' metrics, update for update (the rate aside)
@@ -57,13 +65,14 @@ victim=$(rank_on 2 1) t0=$(date +%s.%N) before=$(rows "$dir/kill.jsonl")
 [ -n "$victim" ] && kill -9 "$victim"
 for ((i = 0; i < 1200; i++)); do grep -q "goes on with 1 of 2 actors" "$dir/kill.err" && break; sleep 0.05; done
 named=$(since "$t0")
-wait $pid
+ended=1
+wait_job $pid 120 || ended=0
 said=$(grep -m1 "goes on with" "$dir/kill.err")
 end=$(tail -1 "$dir/kill.jsonl" | grep -o '"env_steps":[0-9]*' | cut -d: -f2)
-[[ $said == *"actor 0 (rank 1 on $RIG_PREFIX-2, environments 0-7) has been silent for 5 s"* ]] && grep -q "^done: " "$dir/kill.out" && [ "${end:-0}" -ge 300000 ] &&
+[ $ended = 1 ] && [[ $said == *"actor 0 (rank 1 on $RIG_PREFIX-2, environments 0-7) has been silent for 5 s"* ]] && grep -q "^done: " "$dir/kill.out" && [ "${end:-0}" -ge 300000 ] &&
     [ "$(rows "$dir/kill.jsonl")" -gt "$before" ] &&
     ok "an actor killed on machine 2: named after $named s, the learner went on from update $before to the end ($end env steps): ${said#*warning: }" ||
-    fail "killed actor across machines (named after $named s, end ${end:-none}): ${said:-nothing said}; $(grep -v PMIX "$dir/kill.err" | head -3)"
+    fail "killed actor across machines (named after $named s, end ${end:-none}, the job $([ $ended = 1 ] && echo ended || echo "killed after 120 s")): ${said:-nothing said}; $(grep -iE "error|warn|fail" "$dir/kill.err" | grep -v PMIX | head -4)"
 
 # the learner killed: the actors on both machines end (within a minute: a bound for a hang, not a timing), saying why
 rm -f "$dir/learner.jsonl"
@@ -74,7 +83,7 @@ learner=$(rank_on 1 0) t0=$(date +%s.%N)
 [ -n "$learner" ] && kill -9 "$learner"
 for ((i = 0; i < 1200; i++)); do [ -z "$(rank_on 1 2)$(rank_on 2 1)" ] && break; sleep 0.05; done
 secs=$(since "$t0") left=$(rank_on 1 2)$(rank_on 2 1)
-wait $pid
+wait_job $pid 60
 n=$(grep -c "the learner (rank 0) has been silent for 5 s: this actor ends" "$dir/learner.err")
 [ -n "$learner" ] && [ -z "$left" ] && [ "$n" = 2 ] &&
     ok "the learner killed: both actors (one a machine) gone after $secs s, each saying the learner fell silent" ||
