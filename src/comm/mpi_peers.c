@@ -44,9 +44,9 @@ static void *guard(void *arg) {
         usleep(50000);
         double since = atomic_load(&p->inside_since), now = dt_time_now();
         if (since <= 0 || now - since <= p->bound) continue;
-        dt_log(DT_LOG_ERROR, "peers: rank %d has been inside one MPI call (a message with rank %d) for %.0f s; Open MPI 4.1's TCP "
-               "transport can spin there after a write to a rank that died: this rank ends rather than hang",
-               p->rank, atomic_load(&p->inside_peer), now - since);
+        dt_log(DT_LOG_ERROR, "peers: rank %d has been inside one MPI call (a message with rank %d) for more than %g s; Open MPI "
+               "4.1's TCP transport can spin there after a write to a rank that died: this rank ends rather than hang",
+               p->rank, atomic_load(&p->inside_peer), p->bound);
         fflush(stdout);
         _exit(1);
     }
