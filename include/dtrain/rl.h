@@ -217,6 +217,9 @@ typedef struct {
     float rho_bar, c_bar; /* V-trace's truncations */
 } dt_rl_config;
 
+/* The seconds an actor on another machine may be silent: --actor-timeout, or 10 s where it was not given. */
+double dt_rl_actor_timeout(const dt_rl_config *c);
+
 /* ppo.py's settings; ppo_continuous_action.py's (1 environment, 2048 steps, 32 minibatches, 10 epochs, lr 3e-4, no
  * entropy bonus, 10^6 steps, observations and rewards normalised) with continuous set. */
 void dt_ppo_defaults(dt_rl_config *c);

@@ -320,7 +320,7 @@ static int impala_job(int argc, char **argv, dt_rl_config *c, const rl_cli *x) {
     int rank = dt_peers_rank(p), ranks = dt_peers_size(p), given = x->actors_given, rc;
     dt_log_set_rank(ranks > 1 ? rank : -1);
     /* a call into MPI that outlasts the actors' timeout ends its rank: the others name it silent within theirs */
-    if (dt_peers_guard(p, c->actor_timeout > 0 ? c->actor_timeout : 10)) {
+    if (dt_peers_guard(p, dt_rl_actor_timeout(c))) {
         dt_log(DT_LOG_ERROR, "rl: %s", dt_last_error());
         dt_peers_destroy(p);
         return 1;

@@ -21,6 +21,7 @@
 
 #define READY_MS 120000 /* an actor's start: a bridged environment imports gymnasium first */
 
+double dt_rl_actor_timeout(const dt_rl_config *c) { return c->actor_timeout > 0 ? c->actor_timeout : 10; }
 int dt_rl_actors_count(const dt_rl_actors *a) { return a->na; }
 int dt_rl_actors_alive(const dt_rl_actors *a, int i) { return a->a[i].alive; }
 int dt_rl_actors_live(const dt_rl_actors *a) { return a->live; }
@@ -104,7 +105,7 @@ static dt_status map_shared(dt_rl_actors *a, const dt_rl_config *c, const dt_env
                             .n = c->num_envs / c->actors, .T = c->num_steps, .od = in->obs_dim, .ad = in->act_dim, .K = K,
                             .hidden = c->hidden, .continuous = !in->actions, .norm_obs = c->norm_obs,
                             .norm_reward = c->norm_reward, .trunc_as_term = c->trunc_as_term, .sync = c->sync,
-                            .refresh = c->refresh, .timeout = c->actor_timeout > 0 ? c->actor_timeout : 10,
+                            .refresh = c->refresh, .timeout = dt_rl_actor_timeout(c),
                             .keep_state = keep_state, .async_threads = c->async_threads,
                             .gamma = c->gamma, .seed = c->seed,
                             .env_rec = erec, .nparams = nparams, .slot_bytes = slot, .weights_off = woff, .slots_off = soff,
@@ -144,7 +145,7 @@ dt_status dt_rl_actors_create(const dt_rl_config *c, const dt_env_info *in, int 
     a->na = c->actors;
     a->last = -1;
     a->peers = c->peers;
-    a->timeout = c->actor_timeout > 0 ? c->actor_timeout : 10;
+    a->timeout = dt_rl_actor_timeout(c);
     for (int i = 0; i < a->na; i++) a->a[i].fd = -1;
     int mfd = -1;
     dt_status st = map_shared(a, c, in, K, nparams, keep_state, start_at != NULL, &mfd);
