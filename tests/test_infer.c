@@ -66,6 +66,15 @@ static void fill(float *x, size_t n, uint64_t seed) {
 
 static int max_threads = 2; /* argv[1]: 1 under TSan (libgomp's hand-offs are invisible to it) */
 
+/* The spec's int8 weights of one output: absmax / 127 (its return), rounded to nearest. */
+static float spec_q8_weights(int8_t *q, const float *w, int K) {
+    float amax = 0;
+    for (int k = 0; k < K; k++) amax = fmaxf(amax, fabsf(w[k]));
+    float scale = amax > 0 ? amax / 127.0f : 1.0f;
+    for (int k = 0; k < K; k++) q[k] = (int8_t)lrintf(fmaxf(-127.0f, fminf(127.0f, w[k] * (1.0f / scale))));
+    return scale;
+}
+
 /* One layout's products against the spec: its bits, a row alone against the same row in the batch, and the error
  * against double (f32) or against the dequantized weights and the f32 ones (int8). */
 static void check_linear(const char *what, const float *x, const float *w, const float *b, const dt_panels *p, bool q8, int n, int K,
@@ -84,15 +93,11 @@ static void check_linear(const char *what, const float *x, const float *w, const
         for (int o = 0; o < O; o++) {
             const float *wo = w + (size_t)o * K;
             int8_t q[1029];
-            float scale = 1, amax = 0;
+            float scale = 1;
             if (p) dt_panels_row(p, o, row);
-            if (q8) { /* the spec's int8 weights: per output, absmax / 127, rounded to nearest */
-                for (int k = 0; k < K; k++) amax = fmaxf(amax, fabsf(wo[k]));
-                scale = amax > 0 ? amax / 127.0f : 1.0f;
-                for (int k = 0; k < K; k++) {
-                    q[k] = (int8_t)lrintf(fmaxf(-127.0f, fminf(127.0f, wo[k] * (1.0f / scale))));
-                    held &= row[k] == (float)q[k] * scale;
-                }
+            if (q8) {
+                scale = spec_q8_weights(q, wo, K);
+                for (int k = 0; k < K; k++) held &= row[k] == (float)q[k] * scale;
             } else if (p) {
                 held &= memcmp(row, wo, sizeof(float) * (size_t)K) == 0;
             }
@@ -203,6 +208,41 @@ static void weighted_sum_checks(void) {
                 EXPECT(pieces, "weighted sum, values in %s, d=%d n=%d in pieces of 16: not the whole chain's bits", kind, d, n);
                 free(v); free(vh);
             }
+}
+
+/* int8 rows at the ends of bf16's range, alone, in twos and threes (each a tile of its own on AVX2): inputs about
+ * 2^-100 (some under it, so zero), sums near 2^100, and both in one row. The AVX2 decoding tiles multiply x * 2^-24
+ * by w * 2^24: the products, so the bits, must still be the spec's. */
+static void q8_range_checks(void) {
+    enum { K = 100, O = 53, N = 3 };
+    static float x[N * K], w[O * K], out[N * O], xb[N * K], b[O];
+    uint64_t seed = 11;
+    fill(w, (size_t)O * K, 12);
+    for (int k = 0; k < K; k++) {
+        float g = dt_rng_normal(&seed);
+        x[k] = ldexpf(g, -99 - k % 4);
+        x[K + k] = ldexpf(g, 90 + k % 8);
+        x[2 * K + k] = k % 3 ? x[k] : x[K + k];
+    }
+    for (int i = 0; i < N * K; i++) xb[i] = spec_bf16(x[i]);
+    dt_panels *p = NULL;
+    EXPECT(dt_panels_create(w, O, K, true, &p) == DT_OK, "panels for the range checks: %s", dt_last_error());
+    if (!p) return;
+    for (int n = 1; n <= N; n++) {
+        int same = 1;
+        for (int r0 = 0; r0 + n <= N; r0++) {
+            EXPECT(dt_panels_apply(out, x + (size_t)r0 * K, p, b, n) == DT_OK, "range checks: %s", dt_last_error());
+            for (int r = 0; r < n; r++)
+                for (int o = 0; o < O; o++) {
+                    int8_t q[K];
+                    float scale = spec_q8_weights(q, w + (size_t)o * K, K);
+                    float want = fmaf(spec_dot_q8(xb + (size_t)(r0 + r) * K, q, K), scale, 0.0f);
+                    same &= memcmp(&want, &out[(size_t)r * O + o], sizeof want) == 0;
+                }
+        }
+        EXPECT(same, "int8, %d row(s) at a time, inputs near 2^-100 and 2^100: not the spec's bits", n);
+    }
+    dt_panels_destroy(p);
 }
 
 static void rowdot_checks(void) {
@@ -567,6 +607,7 @@ int main(int argc, char **argv) {
     }
     int ranks = w ? dt_comm_size(w) : 1;
     rowdot_checks();
+    q8_range_checks();
     weighted_sum_checks();
     attend_score_checks();
     taking_checks();
