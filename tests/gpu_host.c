@@ -228,7 +228,8 @@ void dt_gpu_widen_bf16(dt_gpu *g, float *d, const uint16_t *s, size_t n, int add
     (void)g;
     for (size_t i = 0; i < n; i++) d[i] = (add ? d[i] : 0.0f) + dt_bf16_to_f32(s[i]);
 }
-/* the CPU's 16-bit Linear, its work (whose size only sets how many weight rows it widens at once) of its own */
+/* the CPU's 16-bit Linear, its work of its own: a block's Linear takes its weight whole in it (as the program's
+ * work does), so the size sets no sums' order */
 #define HOST_LP_WORK ((size_t)1 << 22)
 /* the input a Linear reads: its producer's bits where given (so that bits wired to the wrong value show), else inp */
 static const float *host_input(const float *i, const uint16_t *i16, size_t n, float **own) {
@@ -253,19 +254,34 @@ void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *di, float *dw, float *db, con
     (void)g, (void)w16, (void)wk, dt_matmul_backward_lp(di, dw, db, dy, x, w, BT, C, OC, DT_BF16, work, HOST_LP_WORK, 0);
     free(work), free(own), free(dr);
 }
-/* the head's halves: its sums (rounded here already: the cross-entropy reads them rounded, and rounding twice is
- * rounding once), its backward from bf16 bits */
+/* the head's halves, each the CPU program's own (dt_matmul_*_lp16: its chunks of the vocabulary and blocks of tokens
+ * are the shapes BLAS is called with, which set the bits once it runs on several threads), with the work they need:
+ * its sums (rounded here already: the cross-entropy reads them rounded, and rounding twice is rounding once), its
+ * backward from bf16 bits */
+static float *head_work(int C, int OC, size_t *n) {
+    *n = 3 * (size_t)dt_matmul_lp16_rows(C, OC) * (size_t)C;
+    float *work = malloc(*n * sizeof(float));
+    if (!work) abort(); /* a test's few megabytes */
+    return work;
+}
 void dt_gpu_matmul_sums_bf16(dt_gpu *g, float *o, const float *i, const uint16_t *i16, const uint16_t *w, int BT, int C, int OC,
                              uint16_t *wk) {
-    dt_gpu_matmul_forward_bf16(g, o, i, i16, w, NULL, BT, C, OC, wk);
+    size_t n;
+    float *work = head_work(C, OC, &n), *own;
+    uint16_t *o16 = malloc((size_t)BT * OC * sizeof *o16);
+    if (!o16) abort();
+    const float *x = host_input(i, i16, (size_t)BT * C, &own);
+    (void)g, (void)wk, dt_matmul_forward_lp16(o16, x, w, BT, C, OC, DT_BF16, work, n);
+    dt_lp_unpack(o, o16, (size_t)BT * OC, DT_BF16);
+    free(work), free(own), free(o16);
 }
 void dt_gpu_matmul_backward_bf16_from(dt_gpu *g, float *di, float *dw, const uint16_t *d16, const float *i, const uint16_t *i16,
                                       const uint16_t *w, int BT, int C, int OC, uint16_t *w16, float *wk) {
-    float *d = malloc((size_t)BT * OC * sizeof(float));
-    if (!d) abort(); /* a test's few megabytes */
-    dt_lp_unpack(d, d16, (size_t)BT * OC, DT_BF16);
-    dt_gpu_matmul_backward_bf16(g, di, dw, NULL, d, i, i16, w, BT, C, OC, w16, wk);
-    free(d);
+    size_t n;
+    float *work = head_work(C, OC, &n), *own;
+    const float *x = host_input(i, i16, (size_t)BT * C, &own);
+    (void)g, (void)w16, (void)wk, dt_matmul_backward_lp16(di, dw, d16, NULL, x, w, BT, C, OC, DT_BF16, work, n, 0);
+    free(work), free(own);
 }
 /* the head's 16-bit cross-entropy: the CPU's own (dt_crossentropy_forward_lp, dt_crossentropy_grad_lp) on the
  * logits' bf16 bits */

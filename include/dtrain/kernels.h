@@ -124,6 +124,9 @@ void dt_matmul_forward_lp16(uint16_t *out, const float *inp, const uint16_t *w, 
                             size_t work_floats);
 void dt_matmul_backward_lp16(float *dinp, float *dw, const uint16_t *dout, const dt_ce_grad *ce, const float *inp,
                              const uint16_t *w, int BT, int C, int OC, dt_dtype t, float *work, size_t work_floats, int partial);
+/* The weight rows dt_matmul_backward_lp16 takes a chunk at a time (at most OC), its tokens in blocks of the chunk's
+ * size: its bits depend on them, so they come from the shape, not the work (work_floats >= 3 * rows * C keeps them). */
+int dt_matmul_lp16_rows(int C, int OC);
 
 /* bf16 GEMM with f32 sums on CPUs that multiply bf16 (avx512_bf16; oneDNN's
  * matmul, src/kernels/gemm_bf16.c): C[M,N] (= or, acc, +=) op(A)[M,K] @

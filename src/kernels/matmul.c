@@ -179,6 +179,21 @@ void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, const float *do
     }
 }
 
+/* 1.5M floats a chunk, so a chunk's three pieces stay in a 32 MiB L3; at least 1024 rows (narrower, sgemm slows). */
+int dt_matmul_lp16_rows(int C, int OC) {
+    int rows = (int)(((size_t)1536 << 10) / (size_t)C);
+    if (rows < 1024) rows = 1024;
+    return rows < OC ? rows : OC;
+}
+
+/* The head's chunk of weight rows, and its token blocks that chunk's size (R x C floats), from the shape whatever
+ * the work beyond it: backward's dinp sums the chunks and dw the blocks, and BLAS's bits on several threads follow
+ * the shapes it is called with, so another caller's larger work must not move them (only a smaller one does). */
+static int lp16_chunk(int C, int OC, size_t part) {
+    int R = dt_matmul_lp16_rows(C, OC), fit = lp_rows(C, part);
+    return R < fit ? R : fit;
+}
+
 /* The head's 16-bit logits: weight rows widened a chunk at a time (a third
  * of work), and the outputs of that chunk computed for a block of tokens
  * at a time into the second third, then narrowed into out; backward widens
@@ -190,9 +205,9 @@ void dt_matmul_forward_lp16(uint16_t *out, const float *inp, const uint16_t *w, 
     size_t part = work_floats / 3;
     float *wf = work, *oc = work + part;
     const uint16_t *a16 = bf16_input(0, inp, BT, C, t);
-    int R = lp_rows(C, part);
+    int R = lp16_chunk(C, OC, part);
     for (int o0 = 0; o0 < OC; o0 += R) {
-        int r = OC - o0 < R ? OC - o0 : R, tb = lp_rows(r, part), widened = 0;
+        int r = OC - o0 < R ? OC - o0 : R, tb = lp_rows(r, (size_t)R * (size_t)C), widened = 0;
         for (int t0 = 0; t0 < BT; t0 += tb) {
             int n = BT - t0 < tb ? BT - t0 : tb;
             if (!(a16 && dt_gemm_bf16(0, 1, n, r, C, a16 + (size_t)t0 * C, C, w + (size_t)o0 * C, C, 0, oc, r))) {
@@ -210,9 +225,9 @@ void dt_matmul_backward_lp16(float *dinp, float *dw, const uint16_t *dout, const
     size_t part = work_floats / 3;
     float *wf = work, *dwc = work + part, *dc = work + 2 * part;
     const uint16_t *a16 = bf16_input(1, inp, BT, C, t);
-    int R = lp_rows(C, part);
+    int R = lp16_chunk(C, OC, part);
     for (int o0 = 0; o0 < OC; o0 += R) {
-        int r = OC - o0 < R ? OC - o0 : R, tb = lp_rows(r, part), widened = 0;
+        int r = OC - o0 < R ? OC - o0 : R, tb = lp_rows(r, (size_t)R * (size_t)C), widened = 0;
         for (int t0 = 0; t0 < BT; t0 += tb) {
             int n = BT - t0 < tb ? BT - t0 : tb;
             if (ce) dt_crossentropy_grad_lp(dc, dout, t0, n, OC, o0, r, ce, t);

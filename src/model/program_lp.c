@@ -92,18 +92,15 @@ size_t dt_program_lp_params_bytes(const dt_program *p) {
     return (p->unit_hooks.n && !p->lp_external ? p->lp_held_max : p->nparams) * sizeof(uint16_t);
 }
 
-/* A block's largest Linear weight whole, twice; the head's weight rows a chunk at a time, three times
- * (dt_matmul_*_lp16: widened rows, their gradient, a block of outputs): 1.5M floats a chunk, so the three stay in
- * a 32 MiB L3, at least 1024 rows (narrower, sgemm slows). */
+/* A block's largest Linear weight whole, twice; the head's weight rows a chunk at a time (dt_matmul_lp16_rows),
+ * three times (dt_matmul_*_lp16: widened rows, their gradient, a block of outputs). */
 size_t dt_program_lp_work_floats(const dt_program *p) {
-    size_t C = (size_t)p->cfg.channels, Vp = (size_t)p->cfg.padded_vocab_size, rows = ((size_t)1536 << 10) / C, big = 0;
+    size_t C = (size_t)p->cfg.channels, rows = (size_t)dt_matmul_lp16_rows(p->cfg.channels, p->cfg.padded_vocab_size), big = 0;
     for (int k = 0; k < p->f->nops; k++)
         if (p->ops[k].s.kind == DT_OP_LINEAR) {
             size_t w = (size_t)p->ops[k].width_in * (size_t)p->ops[k].width_out;
             if (w > big) big = w;
         }
-    if (rows < 1024) rows = 1024;
-    if (rows > Vp) rows = Vp;
     if (p->ub != p->cfg.num_layers + 2) rows = 0;
     return 3 * rows * C > 2 * big ? 3 * rows * C : 2 * big;
 }
