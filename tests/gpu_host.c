@@ -228,9 +228,17 @@ void dt_gpu_widen_bf16(dt_gpu *g, float *d, const uint16_t *s, size_t n, int add
     (void)g;
     for (size_t i = 0; i < n; i++) d[i] = (add ? d[i] : 0.0f) + dt_bf16_to_f32(s[i]);
 }
-/* the CPU's 16-bit Linear, its work of its own: a block's Linear takes its weight whole in it (as the program's
- * work does), so the size sets no sums' order */
+/* the cross-entropy's work (a row's logits a thread: its size sets no sums' order) */
 #define HOST_LP_WORK ((size_t)1 << 22)
+/* a kernel's work, n floats */
+static float *host_work(size_t n) {
+    float *work = malloc(n * sizeof *work);
+    if (!work) abort(); /* a test's few megabytes */
+    return work;
+}
+/* a block's 16-bit Linear's work: its weight whole, twice, as the program's work holds it, so that it is one chunk
+ * here as there (BLAS's bits follow the shapes it is called with) */
+static size_t linear_work(int C, int OC) { return 2 * (size_t)OC * (size_t)C; }
 /* the input a Linear reads: its producer's bits where given (so that bits wired to the wrong value show), else inp */
 static const float *host_input(const float *i, const uint16_t *i16, size_t n, float **own) {
     *own = NULL;
@@ -241,17 +249,19 @@ static const float *host_input(const float *i, const uint16_t *i16, size_t n, fl
 }
 void dt_gpu_matmul_forward_bf16(dt_gpu *g, float *o, const float *i, const uint16_t *i16, const uint16_t *w, const uint16_t *b, int BT,
                                 int C, int OC, uint16_t *wk) {
-    float *work = malloc(HOST_LP_WORK * sizeof(float)), *own;
+    size_t n = linear_work(C, OC);
+    float *work = host_work(n), *own;
     const float *x = host_input(i, i16, (size_t)BT * C, &own);
-    (void)g, (void)wk, dt_matmul_forward_lp(o, x, w, b, BT, C, OC, DT_BF16, work, HOST_LP_WORK, 0);
+    (void)g, (void)wk, dt_matmul_forward_lp(o, x, w, b, BT, C, OC, DT_BF16, work, n, 0);
     free(work), free(own);
 }
 void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *di, float *dw, float *db, const float *d, const float *i, const uint16_t *i16,
                                  const uint16_t *w, int BT, int C, int OC, uint16_t *w16, float *wk) {
-    float *work = malloc(HOST_LP_WORK * sizeof(float)), *own, *dr;
+    size_t n = linear_work(C, OC);
+    float *work = host_work(n), *own, *dr;
     const float *x = host_input(i, i16, (size_t)BT * C, &own);
     const float *dy = host_rounded(d, (size_t)BT * OC, 1, &dr); /* read rounded; d itself left as it was */
-    (void)g, (void)w16, (void)wk, dt_matmul_backward_lp(di, dw, db, dy, x, w, BT, C, OC, DT_BF16, work, HOST_LP_WORK, 0);
+    (void)g, (void)w16, (void)wk, dt_matmul_backward_lp(di, dw, db, dy, x, w, BT, C, OC, DT_BF16, work, n, 0);
     free(work), free(own), free(dr);
 }
 /* the head's halves, each the CPU program's own (dt_matmul_*_lp16: its chunks of the vocabulary and blocks of tokens
@@ -260,9 +270,7 @@ void dt_gpu_matmul_backward_bf16(dt_gpu *g, float *di, float *dw, float *db, con
  * backward from bf16 bits */
 static float *head_work(int C, int OC, size_t *n) {
     *n = 3 * (size_t)dt_matmul_lp16_rows(C, OC) * (size_t)C;
-    float *work = malloc(*n * sizeof(float));
-    if (!work) abort(); /* a test's few megabytes */
-    return work;
+    return host_work(*n);
 }
 void dt_gpu_matmul_sums_bf16(dt_gpu *g, float *o, const float *i, const uint16_t *i16, const uint16_t *w, int BT, int C, int OC,
                              uint16_t *wk) {
@@ -293,7 +301,7 @@ static uint16_t *host_logits16(const float *l, size_t n) {
 }
 void dt_gpu_crossentropy_forward_bf16(dt_gpu *g, const float *l, float *ls, float *st, const int32_t *t, int BT, int V, int Vp) {
     uint16_t *x = host_logits16(l, (size_t)BT * Vp);
-    float *work = malloc(HOST_LP_WORK * sizeof(float));
+    float *work = host_work(HOST_LP_WORK);
     (void)g, dt_crossentropy_forward_lp(ls, st, x, t, BT, V, Vp, DT_BF16, work, HOST_LP_WORK);
     free(work), free(x);
 }
