@@ -128,6 +128,17 @@ if [ -n "$MPIEXEC" ]; then
         awk "BEGIN{exit !(${t:-9} < 2.0)}" && ok || fail "mpi stall, 1 rank per machine: $out"
 fi
 
+# The launcher gives each rank its share of the cores for OpenMP and BLAS (the cores it may use / ranks, at least 1),
+# unless the environment names a count: ranks that each took every core would spin on the others' cores.
+cores=$(nproc)
+for n in 2 3; do
+    share=$((cores / n > 0 ? cores / n : 1))
+    got=$(env -u OMP_NUM_THREADS "$DTRAIN" launch -n $n -- bash -c 'echo "$OMP_NUM_THREADS"' 2>/dev/null | sort -u)
+    [ "$got" = "$share" ] && ok || fail "launch -n $n on $cores cores: OMP_NUM_THREADS '$got' in the ranks, not $share"
+done
+got=$(OMP_NUM_THREADS=5 "$DTRAIN" launch -n 2 -- bash -c 'echo "$OMP_NUM_THREADS"' 2>/dev/null | sort -u)
+[ "$got" = 5 ] && ok || fail "launch with OMP_NUM_THREADS=5 set: the ranks got '$got'"
+
 # (/dev/shm is not counted here: other jobs and MPI libraries write there; that dtrain's segment is an
 # unnamed memfd is checked on a live rank in train_faults.sh)
 echo "faults: $passed passed, $failed failed"

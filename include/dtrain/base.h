@@ -108,6 +108,8 @@ void dt_io_get(dt_io_kind kind, uint64_t *bytes, double *seconds);
 const char *dt_cpu_model(char *out, size_t cap);
 /* Whether the CPU's flags in /proc/cpuinfo include flag (false if unreadable). */
 bool dt_cpu_has(const char *flag);
+/* The cores this process may run on: its affinity mask's (taskset, a Slurm step), else every online one. */
+int dt_cpu_allowed(void);
 
 /* 64-byte aligned allocation (cache line; AVX-512 friendly). */
 void *dt_alloc_aligned(size_t bytes);

@@ -2,9 +2,11 @@
  * with AVX2, Zen 4 with AVX-512), and the MFU peak cache is kept per model. */
 #include "dtrain/base.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *dt_cpu_model(char *out, size_t cap) {
     snprintf(out, cap, "unknown CPU");
@@ -40,4 +42,10 @@ bool dt_cpu_has(const char *flag) {
     free(line);
     fclose(f);
     return found;
+}
+
+int dt_cpu_allowed(void) {
+    cpu_set_t set;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : online > 0 ? (int)online : 1;
 }

@@ -16,7 +16,6 @@
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -327,8 +326,7 @@ dt_status dt_plan_this_machine(dt_plan_hardware *h) {
     /* measured only where this process may run on every core: under a narrower mask (taskset, a Slurm step) the neighbours
      * would share its own core and the figure, cached for the CPU, would say the machine twice as slow beside them; there
      * the cache's figure, if any */
-    cpu_set_t mask;
-    int allowed = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : h->devices_per_node;
+    int allowed = dt_cpu_allowed();
     if (!st)
         st = dt_peak_cached_rate("gemm_slowdown_all_cores_busy", allowed >= h->devices_per_node ? measure_busy_slowdown : NULL,
                                  (int)h->devices_per_node, &h->busy_slowdown);

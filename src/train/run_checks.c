@@ -6,7 +6,6 @@
 #include "dtrain/obs.h"
 #include "dtrain/pipeline.h"
 
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -174,9 +173,8 @@ dt_status dt_train_check_same(dt_comm *w, const dt_train_shape *mine) {
  * cpus-per-task) shared among the ranks on this machine when the mask is the
  * whole machine, so that ranks x threads never oversubscribes by default. */
 int dt_train_default_threads(dt_comm *w) {
-    cpu_set_t set;
     long online = sysconf(_SC_NPROCESSORS_ONLN);
-    int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)online;
+    int mine = dt_cpu_allowed();
     const char *slurm = getenv("SLURM_CPUS_PER_TASK");
     if (slurm && atoi(slurm) > 0 && atoi(slurm) < mine) return atoi(slurm);
     int sharing = w && mine >= online ? dt_comm_local_size(w) : 1;
