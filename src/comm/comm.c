@@ -211,6 +211,15 @@ int dt_comm_size(const dt_comm *c) { return c ? c->size : 0; }
 int dt_comm_local_rank(const dt_comm *c) { return c ? c->local_rank : -1; }
 int dt_comm_local_size(const dt_comm *c) { return c ? c->local_size : 0; }
 int dt_comm_node(const dt_comm *c) { return c ? c->node : -1; }
+
+int dt_comm_threads_share(const dt_comm *c) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int mine = dt_cpu_allowed();
+    const char *slurm = getenv("SLURM_CPUS_PER_TASK");
+    if (slurm && atoi(slurm) > 0 && atoi(slurm) < mine) return atoi(slurm);
+    int sharing = c && mine >= online ? c->local_size : 1;
+    return mine / sharing > 0 ? mine / sharing : 1;
+}
 int dt_comm_nodes(const dt_comm *c) { return c ? c->nodes : 0; }
 const char *dt_comm_transport(const dt_comm *c) { return c ? c->transport : "none"; }
 

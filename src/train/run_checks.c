@@ -168,15 +168,3 @@ dt_status dt_train_check_same(dt_comm *w, const dt_train_shape *mine) {
     free(all);
     return st;
 }
-
-/* --threads 0: the cores this rank may use (its affinity mask, or Slurm's
- * cpus-per-task) shared among the ranks on this machine when the mask is the
- * whole machine, so that ranks x threads never oversubscribes by default. */
-int dt_train_default_threads(dt_comm *w) {
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    int mine = dt_cpu_allowed();
-    const char *slurm = getenv("SLURM_CPUS_PER_TASK");
-    if (slurm && atoi(slurm) > 0 && atoi(slurm) < mine) return atoi(slurm);
-    int sharing = w && mine >= online ? dt_comm_local_size(w) : 1;
-    return mine / sharing > 0 ? mine / sharing : 1;
-}

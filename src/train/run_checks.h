@@ -30,7 +30,5 @@ dt_status dt_train_check_same(dt_comm *w, const dt_train_shape *mine);
 /* c (its defaults resolved) into s->model: numbers only, so that ranks of separate processes compare it (a
  * family is its number in dt_family_find's order, never a pointer). */
 void dt_train_shape_model(dt_train_shape *s, const dt_gpt2_config *c);
-/* --threads 0: the cores this rank may use, shared among the ranks on this machine. */
-int dt_train_default_threads(dt_comm *w);
 
 #endif
