@@ -211,6 +211,8 @@ int dt_comm_size(const dt_comm *c) { return c ? c->size : 0; }
 int dt_comm_local_rank(const dt_comm *c) { return c ? c->local_rank : -1; }
 int dt_comm_local_size(const dt_comm *c) { return c ? c->local_size : 0; }
 int dt_comm_node(const dt_comm *c) { return c ? c->node : -1; }
+int dt_comm_nodes(const dt_comm *c) { return c ? c->nodes : 0; }
+const char *dt_comm_transport(const dt_comm *c) { return c ? c->transport : "none"; }
 
 int dt_comm_threads_share(const dt_comm *c) {
     long online = sysconf(_SC_NPROCESSORS_ONLN);
@@ -220,8 +222,6 @@ int dt_comm_threads_share(const dt_comm *c) {
     int sharing = c && mine >= online ? c->local_size : 1;
     return mine / sharing > 0 ? mine / sharing : 1;
 }
-int dt_comm_nodes(const dt_comm *c) { return c ? c->nodes : 0; }
-const char *dt_comm_transport(const dt_comm *c) { return c ? c->transport : "none"; }
 
 void *dt_comm_work(dt_comm *c, int k, size_t bytes) {
     if (bytes == 0) bytes = 64; /* callers treat NULL as out of memory */

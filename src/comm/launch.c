@@ -64,7 +64,6 @@ static int make_world(int n, dt_segment **seg) {
     return 0;
 }
 
-/* Forks and execs the n ranks (pids[r]); how many run. A failed fork aborts the job, naming the rank. */
 /* Each rank's share of the launcher's cores for OpenMP and BLAS, unless the environment names a count: ranks whose
  * thread teams each took every core would oversubscribe them, and libgomp's idle workers spin (about a millisecond
  * after each parallel loop) on the cores the other ranks need. On 2 cores, 2 ranks of a tensor-parallel decode
@@ -77,6 +76,7 @@ static void share_cores(int n) {
     setenv("OMP_NUM_THREADS", buf, 1);
 }
 
+/* Forks and execs the n ranks (pids[r]); how many run. A failed fork aborts the job, naming the rank. */
 static int fork_ranks(int n, char *const argv[], dt_segment *seg, pid_t *pids) {
     pid_t self = getpid();
     int alive = 0;
