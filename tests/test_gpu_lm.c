@@ -30,7 +30,6 @@ static void batch(int32_t *x, int32_t *y, int n, int V, int step) {
 }
 
 int main(int argc, char **argv) {
-    setvbuf(stdout, NULL, _IOLBF, 0); /* each step's line in the log as it comes, should a run be cut short */
     if (argc < 5) {
         fprintf(stderr, "usage: test_gpu_lm PRESET[:VOCAB] B T STEPS [tol=X] [bf16] [gtol=X] [lr=X] [floor] [flash|cudnn]\n");
         return 2;
