@@ -79,7 +79,7 @@ AVX2 static inline __m256 load_w(const float *w) { return _mm256_loadu_ps(w); }
  * prefetchers). These tiles read rows in place (panels.c: only the
  * AVX-512 path packs), and packed only in a last panel's few outputs. */
 #define HSUM_TILE(acc, r, o) hsum((acc)[r][o])
-#define TILE_BODY(R, NO, WT, LOAD, K0, K1, SAVE, FIRST, LAST, XB, LDB)                                                 \
+#define TILE_BODY(R, NO, WT, LOAD, K0, K1, SAVE, FIRST, LAST, XB, LDB, AHEAD)                                          \
     __m256 acc[R][NO];                                                                                                 \
     for (int r = 0; r < R; r++)                                                                                        \
         for (int o = 0; o < NO; o++) acc[r][o] = (FIRST) ? _mm256_setzero_ps() : (SAVE)[r * NO + o];                   \
@@ -87,8 +87,8 @@ AVX2 static inline __m256 load_w(const float *w) { return _mm256_loadu_ps(w); }
     const WT *wk = w + (size_t)((K0) >> 3) * cs;                                                                       \
     for (; k < (K1); k += 8, wk += cs) {                                                                               \
         __m256 wv[NO];                                                                                                 \
-        if (!(k * sizeof(WT) & 63)) /* a cache line each at a time */                                                  \
-            for (int o = 0; o < NO; o++) _mm_prefetch((const char *)(wk + (size_t)(o + PREFETCH_AHEAD(R, NO)) * rs), _MM_HINT_T0); \
+        if ((AHEAD) && !(k * sizeof(WT) & 63)) /* a cache line each at a time, AHEAD outputs on (0: none) */            \
+            for (int o = 0; o < NO; o++) _mm_prefetch((const char *)(wk + (size_t)(o + (AHEAD)) * rs), _MM_HINT_T0);     \
         for (int o = 0; o < NO; o++) {                                                                                 \
             wv[o] = LOAD(wk + (size_t)o * rs);                                                                         \
             __asm__("" : "+x"(wv[o])); /* in a register: folded into R FMAs, an f32 weight is loaded R times */        \
@@ -108,7 +108,7 @@ AVX2 static inline __m256 load_w(const float *w) { return _mm256_loadu_ps(w); }
 #define TILE_FN(NAME, R, NO, WT, LOAD)                                                                                 \
     AVX2 static void NAME##_##R(TILE_ARGS(WT)) {                                                                       \
         (void)pf;                                                                                                      \
-        TILE_BODY(R, NO, WT, LOAD, 0, K & ~7, (__m256 *)NULL, true, true, x, ldx)                                              \
+        TILE_BODY(R, NO, WT, LOAD, 0, K & ~7, (__m256 *)NULL, true, true, x, ldx, PREFETCH_AHEAD(R, NO))                \
     }
 #define TILE_SWITCH(NAME, WT)                                                                                          \
     static void NAME(int R, TILE_ARGS(WT)) {                                                                           \
@@ -125,6 +125,12 @@ AVX2 static inline __m256 load_w(const float *w) { return _mm256_loadu_ps(w); }
     TILE_FN(NAME, 1, NO1, WT, LOAD) TILE_FN(NAME, 2, 3, WT, LOAD) TILE_FN(NAME, 3, 3, WT, LOAD)                        \
     TILE_FN(NAME, 4, 3, WT, LOAD) TILE_FN(NAME, 5, 2, WT, LOAD) TILE_FN(NAME, 6, 2, WT, LOAD) TILE_SWITCH(NAME, WT)
 TILE(tile_f32, float, load_w, ROW_OUTPUTS)
+/* One row against ROW_OUTPUTS outputs rs apart, far apart in one_row: no prefetching, which those strides would send
+ * past the weights (each of the tile's outputs is one long stream there, which the hardware's prefetchers follow). */
+AVX2 static void tile_f32_far(TILE_ARGS(float)) {
+    (void)pf;
+    TILE_BODY(1, ROW_OUTPUTS, float, load_w, 0, K & ~7, (__m256 *)NULL, true, true, x, ldx, 0)
+}
 
 /* AVX2 prefill: a row of tiles of a panel (tile j: outputs [j NO, j NO + NO) from wp's and tp's on, its results
  * at res's column j NO, its sums at save + j R NO) over inputs [k0, k1) (multiples of 8; k1 = K & ~7 last), the
@@ -139,7 +145,7 @@ TILE(tile_f32, float, load_w, ROW_OUTPUTS)
             const float *w = wp + (size_t)j * NO * rs, *t = tp + (size_t)j * NO * trs;                                 \
             float *res = res_row + j * NO;                                                                             \
             __m256 *sv = save + j * R * NO;                                                                            \
-            TILE_BODY(R, NO, float, load_w, k0, k1, sv, first, last, x, ldx)                                           \
+            TILE_BODY(R, NO, float, load_w, k0, k1, sv, first, last, x, ldx, PREFETCH_AHEAD(R, NO))                    \
         }                                                                                                              \
     }
 KTILE_FN(2, 3) KTILE_FN(3, 3) KTILE_FN(4, 3) KTILE_FN(5, 2) KTILE_FN(6, 2)
@@ -459,26 +465,36 @@ static void rows_range(const call *c, float *out, int p0, int p1, void *wb) {
     }
 }
 
-/* One row against f32 rows in place: tiles straight along the outputs, none of the panels' bookkeeping, which
- * cost more than the products at short rows (attention's 64-input keys, before they had their own layout and
- * kernel in attend.c: decoding batch 8 after a 512-token prompt went 181-189 -> 201-202 tokens/s in f32 on a Zen
- * 5). AVX-512: 8 outputs a tile; AVX2: 6. The tiles shared among the threads where the row is long enough (an
- * unpacked f32 Linear at batch 1, the AVX2 path's whole decoding, ran on one thread: Zen 3, 124M, 21.5 tokens/s on
- * one, 21.0 on two); each output is the same tile's whatever thread runs it, so the same sums as every path. */
+/* One row against f32 rows in place: tiles, none of the panels' bookkeeping, which cost more than the products at
+ * short rows (attention's 64-input keys, before they had their own layout and kernel in attend.c: decoding batch 8
+ * after a 512-token prompt went 181-189 -> 201-202 tokens/s in f32 on a Zen 5). AVX-512: tiles of 8 outputs straight
+ * along them. AVX2: tile j takes outputs j, j + S, ..., j + 5S (S = O / 6), so that each of its six outputs' rows
+ * continues where the last tile's left off and the weights are read as six long streams; six adjacent rows, each a
+ * short stream of its own, read at 17-18 GB/s where a plain read runs at 27-28 (a Zen 4 on the AVX2 path, one thread,
+ * 124M's rows; stand-alone, the six far apart 28-32 GB/s). The tiles shared among the threads where the row is long
+ * enough (an unpacked f32 Linear at batch 1, the AVX2 path's whole decoding, ran on one thread: Zen 3, 124M, 21.5
+ * tokens/s on one, 21.0 on two); each output is the same tile's whatever thread runs it and whichever outputs share
+ * its tile, so the same sums as every path. */
 static void one_row(float *out, const float *x, const float *w, const float *bias, int K, int O) {
     view v = panel_view(w, sizeof(float), 0, O, K, false); /* output o at o * K, as in panel 0 */
     int o = 0;
 #if HAVE_AVX2_PATH
     int level = dt_kernels_simd(), tw = level == DT_SIMD_AVX512 ? WIDE_OUTPUTS : level == DT_SIMD_AVX2 ? ROW_OUTPUTS : O + 1;
     int tiles = O / tw;
+    size_t far = (size_t)tiles * K; /* AVX2: between a tile's outputs */
     bool threads = (double)K * O >= 65536 && !omp_in_parallel();
     #pragma omp parallel for schedule(static) if (threads)
     for (int j = 0; j < tiles; j++) {
         float res[RES_LD];
-        const float *wo = w + (size_t)j * tw * K, *to = wo + (K & ~7);
-        if (level == DT_SIMD_AVX512) wide_f32_1(res, x, (size_t)K, wo, (size_t)K, 8, to, (size_t)K, K, 0);
-        else tile_f32_1(res, x, (size_t)K, wo, (size_t)K, 8, to, (size_t)K, K, 0);
-        put(out, res, 0, 1, j * tw, tw, NULL, bias, O);
+        if (level == DT_SIMD_AVX512) {
+            const float *wo = w + (size_t)j * tw * K, *to = wo + (K & ~7);
+            wide_f32_1(res, x, (size_t)K, wo, (size_t)K, 8, to, (size_t)K, K, 0);
+            put(out, res, 0, 1, j * tw, tw, NULL, bias, O);
+            continue;
+        }
+        const float *wo = w + (size_t)j * K, *to = wo + (K & ~7);
+        tile_f32_far(res, x, (size_t)K, wo, far, 8, to, far, K, 0);
+        for (int q = 0; q < tw; q++) put(out, res + q, 0, 1, j + q * tiles, 1, NULL, bias, O);
     }
     o = tiles * tw;
 #endif
