@@ -119,6 +119,9 @@ float dt_rowdot_q8_dot(const uint16_t *x, const view *v, int i, int K);
 /* AVX2: R (1-6) rows (ldx apart) x NO outputs from w's on (NO: ROW_OUTPUTS for one row, 3 for 2-4, 2 for 5-6) */
 void dt_rowdot_q8_tile(int R, float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t rs, size_t cs, const int8_t *t,
                        size_t trs, int K);
+/* AVX2: one row x ROW_OUTPUTS outputs rs apart (rows in place, chunks 16 apart), without prefetching (rowdot.c's
+ * one_row_q8, whose outputs are far apart) */
+void dt_rowdot_q8_row_far(float *res, const uint16_t *x, const int8_t *w, size_t rs, const int8_t *t, size_t trs, int K);
 /* AVX2 prefill, whose int8 runs f32's tiles (rowdot.c's sweep_avx2) on both operands widened to f32, exactly: a
  * panel's weights once (wf [pw][K & ~15]: each chunk's 8 odd inputs' weights, then its 8 even ones', in the spec's
  * order; then the tails, [pw][16], in order), and a row in bf16, xb [K], the same way into xf [K] (each chunk's 8

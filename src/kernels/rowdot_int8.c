@@ -120,8 +120,8 @@ AVX2 static inline __m256 even_x(const uint16_t *x) {
  * made once for NO outputs. The weights, in place, are prefetched a cache line each at a time, a few rows ahead. */
 #define HOLD_X(R, NO) ((R) * (NO) + 2 * (R) + 4 <= 16)
 #define HSUM_TILE(acc, r, o) hsum((acc)[r][o])
-#define Q8_TILE_FN(R, NO)                                                                                              \
-    AVX2 static void q8_tile_##R(float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t rs, size_t cs,    \
+#define Q8_TILE_FN(NAME, R, NO, AHEAD)                                                                                 \
+    AVX2 static void NAME(float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t rs, size_t cs,    \
                                  const int8_t *t, size_t trs, int K) {                                                 \
         __m256 acc[R][NO];                                                                                             \
         for (int r = 0; r < R; r++)                                                                                    \
@@ -129,9 +129,9 @@ AVX2 static inline __m256 even_x(const uint16_t *x) {
         int k = 0;                                                                                                     \
         const int8_t *wk = w;                                                                                          \
         for (; k + 16 <= K; k += 16, wk += cs) {                                                                       \
-            if (!(k & 63))                                                                                             \
+            if ((AHEAD) && !(k & 63)) /* AHEAD outputs on (0: none) */                                                 \
                 for (int o = 0; o < NO; o++)                                                                           \
-                    _mm_prefetch((const char *)(wk + (size_t)(o + PREFETCH_AHEAD(R, NO)) * rs), _MM_HINT_T0);          \
+                    _mm_prefetch((const char *)(wk + (size_t)(o + (AHEAD)) * rs), _MM_HINT_T0);                        \
             if (HOLD_X(R, NO)) {                                                                                       \
                 __m256 xo[R], xe[R];                                                                                   \
                 const __m256 down = _mm256_set1_ps(0x1p-24f);                                                          \
@@ -159,7 +159,10 @@ AVX2 static inline __m256 even_x(const uint16_t *x) {
         }                                                                                                              \
         Q8_END(R, NO, HSUM_TILE, acc, res, x, ldx, t, trs, k, K)                                                       \
     }
-Q8_TILE_FN(1, ROW_OUTPUTS) Q8_TILE_FN(2, 3) Q8_TILE_FN(3, 3) Q8_TILE_FN(4, 3) Q8_TILE_FN(5, 2) Q8_TILE_FN(6, 2)
+#define Q8_TILE(R, NO) Q8_TILE_FN(q8_tile_##R, R, NO, PREFETCH_AHEAD(R, NO))
+Q8_TILE(1, ROW_OUTPUTS) Q8_TILE(2, 3) Q8_TILE(3, 3) Q8_TILE(4, 3) Q8_TILE(5, 2) Q8_TILE(6, 2)
+/* one row against outputs far apart (rowdot.c's one_row_q8): the hardware's prefetchers follow their long streams */
+Q8_TILE_FN(q8_tile_far, 1, ROW_OUTPUTS, 0)
 
 typedef void (*q8_tile_fn)(float *, const uint16_t *, size_t, const int8_t *, size_t, size_t, const int8_t *, size_t, int);
 static const q8_tile_fn q8_tiles[6] = { q8_tile_1, q8_tile_2, q8_tile_3, q8_tile_4, q8_tile_5, q8_tile_6 };
@@ -167,6 +170,10 @@ static const q8_tile_fn q8_tiles[6] = { q8_tile_1, q8_tile_2, q8_tile_3, q8_tile
 void dt_rowdot_q8_tile(int R, float *res, const uint16_t *x, size_t ldx, const int8_t *w, size_t rs, size_t cs, const int8_t *t,
                        size_t trs, int K) {
     q8_tiles[R >= 1 && R <= 6 ? R - 1 : 0](res, x, ldx, w, rs, cs, t, trs, K);
+}
+
+void dt_rowdot_q8_row_far(float *res, const uint16_t *x, const int8_t *w, size_t rs, const int8_t *t, size_t trs, int K) {
+    q8_tile_far(res, x, (size_t)K, w, rs, 16, t, trs, K);
 }
 
 AVX2 void dt_rowdot_q8_widen_f32(float *wf, const view *v, int K) {
