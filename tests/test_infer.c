@@ -75,21 +75,24 @@ static float spec_q8_weights(int8_t *q, const float *w, int K) {
     return scale;
 }
 
+/* The Linear through panels, or through f32 rows in place (p NULL). */
+static dt_status linear(float *out, const float *x, const float *w, const float *b, const dt_panels *p, int n, int K, int O) {
+    return p ? dt_panels_apply(out, x, p, b, n) : dt_rowdot_f32(out, x, w, b, n, K, O);
+}
+
 /* One layout's products against the spec: its bits, a row alone against the same row in the batch, and the error
  * against double (f32) or against the dequantized weights and the f32 ones (int8). */
 static void check_linear(const char *what, const float *x, const float *w, const float *b, const dt_panels *p, bool q8, int n, int K,
                          int O, int t) {
     float *out = malloc(sizeof(float) * (size_t)n * O), *one = malloc(sizeof(float) * (size_t)O);
     float *row = malloc(sizeof(float) * (size_t)K), *xb = malloc(sizeof(float) * (size_t)K);
-    if (p) EXPECT(dt_panels_apply(out, x, p, b, n) == DT_OK, "%s: %s", what, dt_last_error());
-    else dt_rowdot_f32(out, x, w, b, n, K, O);
+    EXPECT(linear(out, x, w, b, p, n, K, O) == DT_OK, "%s: %s", what, dt_last_error());
     int spec = 1, alone = 1, held = 1;
     double err = 0, qerr = 0;
     for (int r = 0; r < n; r++) {
         const float *xr = x + (size_t)r * K;
         for (int k = 0; k < K; k++) xb[k] = q8 ? spec_bf16(xr[k]) : xr[k];
-        if (p) dt_panels_apply(one, xr, p, b, 1);
-        else dt_rowdot_f32(one, xr, w, b, 1, K, O);
+        EXPECT(linear(one, xr, w, b, p, 1, K, O) == DT_OK, "%s, one row: %s", what, dt_last_error());
         for (int o = 0; o < O; o++) {
             const float *wo = w + (size_t)o * K;
             int8_t q[1029];
@@ -125,8 +128,7 @@ static void check_linear(const char *what, const float *x, const float *w, const
      * blocks of inputs when K is long) */
     float *few = malloc(sizeof(float) * 8 * (size_t)O);
     for (int m = 2; m <= 8; m++) {
-        if (p) dt_panels_apply(few, x, p, b, m);
-        else dt_rowdot_f32(few, x, w, b, m, K, O);
+        EXPECT(linear(few, x, w, b, p, m, K, O) == DT_OK, "%s, %d rows: %s", what, m, dt_last_error());
         EXPECT(!memcmp(few, out, sizeof(float) * (size_t)m * O), "%s K=%d, %d threads: rows in a batch of %d differ from a batch of %d",
                what, K, t, m, n);
     }

@@ -387,14 +387,14 @@ double dt_kernels_int8_peak(int threads);
  * (bias may be NULL), each element one dot product summed in a fixed order
  * whatever n, the row's place or the threads: a row gives the same bits
  * alone or in any batch. */
-void dt_rowdot_f32(float *out, const float *x, const float *w, const float *bias, int n, int K, int O);
+dt_status dt_rowdot_f32(float *out, const float *x, const float *w, const float *bias, int n, int K, int O);
 /* The same Linear on weights packed once (panels.c) for reading as one
  * stream, in f32 or in int8 (per-output-channel absmax: output o worth
  * scale[o] * q[o], out = scale[o] * (bf16(x) . q[o]) + bias[o], the
  * activations rounded to bf16 so that CPUs with avx512_bf16 multiply them
  * two at a time; rowdot_int8.c gives that order of sums). f32 panels give
- * dt_rowdot_f32's bits. dt_panels_apply fails only for want of memory
- * (int8's rows in bf16). dt_panels_row: weight row o as the products read
+ * dt_rowdot_f32's bits. Both fail only for want of memory (int8's rows in
+ * bf16, AVX2's prefill's rows laid out once a call). dt_panels_row: weight row o as the products read
  * it (int8 dequantized). */
 typedef struct dt_panels dt_panels;
 dt_status dt_panels_create(const float *w, int O, int K, bool int8, dt_panels **out);

@@ -267,8 +267,10 @@ static void decode_panel(float *res, const float *x, size_t ldx, const view *v, 
 typedef struct {
     const float *x;     /* rows [n][K] */
     const uint16_t *xb; /* int8: the rows rounded to bf16 (rowdot_int8.c) */
-    const float *xf;    /* int8 on AVX2 (prefill, and decoding's 7-8 rows): those widened to f32 in the spec's order
+    const float *xf;    /* int8 on AVX2's decoding of 7-8 rows: those widened to f32 in the spec's order
                          * (dt_rowdot_q8_widen_row) */
+    const float *xs;    /* AVX2's prefill (sweeps): the rows, int8's widened as xf's, each 64-byte aligned, lds apart */
+    size_t lds;
     const void *w;
     const float *scale, *bias; /* scale: int8's per output (NULL in f32) */
     bool packed;
@@ -371,30 +373,28 @@ static bool sweeps(const call *c) { return c->level == DT_SIMD_AVX2 && c->n > DE
 
 #if HAVE_AVX2_PATH
 /* AVX2, rows [r, r + nr) (2-6) against a panel's outputs: the rows' inputs a block of PREFILL_KBLOCK at a time,
- * copied side by side (xb), each block against every tile of the panel before the next, so that the rows' block
- * stays in L1 while the panel's weights stream in from L2. The old order (every group of rows by 6 outputs' whole
- * rows: 18 KB of inputs and 18 of weights at K 768, more than L1's 32) read the rows from L2 at its pace; rows
- * K floats apart fell in the same few sets of L1 at K 3072 (the copy). Zen 3, one thread, 124M's four Linears at
- * 128 rows (bench/rowdot_bench, the best of each build, alternating): f32 52-58 -> 62-67 GFLOP/s, int8 41 -> 55-61.
- * int8 runs the same tiles on both operands widened exactly to f32 in its spec's order (wf:
- * dt_rowdot_q8_widen_f32, once a panel; the rows: c->xf, once a call), so its sums are its spec's. Outputs past the
- * last whole tile: block()'s single dots. */
-#define XB_LD (PREFILL_KBLOCK + 16) /* floats: 1600 bytes, six rows spread over L1's sets */
+ * each block against every tile of the panel before the next, so that the rows' block stays in L1 while the panel's
+ * weights stream in from L2. The old order (every group of rows by 6 outputs' whole rows: 18 KB of inputs and 18 of
+ * weights at K 768, more than L1's 32) read the rows from L2 at its pace (Zen 3, one thread, 124M's four Linears at
+ * 128 rows, bench/rowdot_bench, the best of each build, alternating: f32 52-58 -> 62-67 GFLOP/s, int8 41 -> 55-61).
+ * The rows come from c->xs, laid out once a call (K floats apart, they fell in the same few sets of L1 at K 3072;
+ * lds apart, they do not), where a copy of each block a panel had cost 3-10% (a later Zen 3, the same bench, f32 /
+ * int8: 124M's four 70-71 / 65 -> 73-75 / 67, SmolLM-135M's [1536, 576] 68-69 / 62-64 -> 72-74 / 69-70). int8 runs
+ * the same tiles on both operands widened exactly to f32 in its spec's order (wf: dt_rowdot_q8_widen_f32, once a
+ * panel; the rows in xs, once a call), so its sums are its spec's. Outputs past the last whole tile: block()'s
+ * single dots. */
 static void sweep_avx2(const call *c, float *out, const view *v, int p, int r, int nr, const float *wf) {
     bool q8 = c->scale != NULL;
     int no = nr <= 4 ? 3 : 2, tiles = v->pw / no, K = c->K, kend = q8 ? K & ~15 : K & ~7;
     __m256 save[DT_PANEL / 2 * 12]; /* a tile's R x NO <= 12 accumulators, for at most DT_PANEL / 2 tiles */
     float res[6 * RES_LD];
-    _Alignas(64) float xb[6 * XB_LD]; /* 32-byte loads that never straddle a cache line */
     view f = q8 ? widened_view(wf, v, K) : *v;
-    const float *x = (q8 ? c->xf : c->x) + (size_t)r * (size_t)K, *w = f.w, *t = f.t;
+    const float *x = c->xs + (size_t)r * c->lds, *w = f.w, *t = f.t;
     size_t rs = f.rs, cs = f.cs, trs = f.trs;
     for (int k0 = 0;; k0 += PREFILL_KBLOCK) {
         int k1 = k0 + PREFILL_KBLOCK < kend ? k0 + PREFILL_KBLOCK : kend;
         bool first = k0 == 0, last = k1 == kend;
-        for (int a = 0; a < nr; a++)
-            memcpy(xb + a * XB_LD, x + (size_t)a * (size_t)K + k0, sizeof(float) * (size_t)((last ? K : k1) - k0));
-        ktiles[nr - 2](res, xb, XB_LD, w, rs, cs, t, trs, K, k0, k1, save, first, last, tiles);
+        ktiles[nr - 2](res, x + k0, c->lds, w, rs, cs, t, trs, K, k0, k1, save, first, last, tiles);
         if (last) {
             put(out, res, r, nr, p * DT_PANEL, tiles * no, c->scale, c->bias, c->O);
             break;
@@ -542,46 +542,49 @@ static dt_status rowdot(float *out, const float *x, const void *w, bool packed, 
         return DT_OK;
     }
     bool dp = scale && packed && dt_kernels_dpbf16();
-    call c = { x, NULL, NULL, w, scale, bias, packed, n, K, O, scale && !dp && simd > DT_SIMD_AVX2 ? DT_SIMD_AVX2 : simd, false };
+    call c = { .x = x, .w = w, .scale = scale, .bias = bias, .packed = packed, .n = n, .K = K, .O = O,
+               .level = scale && !dp && simd > DT_SIMD_AVX2 ? DT_SIMD_AVX2 : simd };
     if (n == 1 && !packed && scale && c.level == DT_SIMD_AVX2) return one_row_q8(out, x, w, scale, bias, K, O);
     /* threads only where there is work for them and none are at work already (the results do not depend on it) */
     bool threads = (double)n * K * O >= 65536 && !omp_in_parallel();
     int nt = threads ? omp_get_max_threads() : 1;
     /* int8: its rows in bf16, and a panel's room to widen a thread: to bf16 where tiles of AVX512-BF16 take them, to
-     * f32 (with the rows) where AVX2 runs f32's tiles (sweep_avx2 at prefill, widens at decoding) */
-    bool sweep8 = scale && (sweeps(&c) || widens(&c));
-    size_t xbn = scale ? (size_t)n * K : 0, xfn = sweep8 ? (size_t)n * K : 0, panel = (size_t)DT_PANEL * (K & ~15);
+     * f32 where AVX2 runs f32's tiles (sweep_avx2 at prefill, with the rows in xs; widens at decoding, with xf) */
+    bool sweep = sweeps(&c), sweep8 = scale && (sweep || widens(&c));
+    size_t lds = ((size_t)K + 15) / 16 * 16 + 16; /* rows 64 bytes aligned and a line apart in L1's sets */
+    size_t xbn = scale ? (size_t)n * K : 0, xfn = scale && widens(&c) ? (size_t)n * K : 0, panel = (size_t)DT_PANEL * (K & ~15);
     size_t wbytes = dp && n > 1 && (n > DECODE_ROWS || O % DT_PANEL) ? panel * sizeof(uint16_t)
                     : sweep8 ? (panel + DT_PANEL * 16) * sizeof(float) : 0;
-    uint16_t *xb = NULL;
-    char *wb = NULL;
-    float *xf = NULL;
-    if (xbn && (!(xb = malloc(sizeof(uint16_t) * xbn)) || (wbytes && !(wb = malloc(wbytes * (size_t)nt))) ||
-                (xfn && !(xf = malloc(sizeof(float) * xfn))))) {
-        free(xb), free(wb);
-        return dt_error(DT_ERR_NOMEM, "rowdot: out of memory for an int8 [%d, %d] Linear's %d rows in bf16", O, K, n);
+    uint16_t *xb = xbn ? malloc(sizeof(uint16_t) * xbn) : NULL;
+    char *wb = wbytes ? malloc(wbytes * (size_t)nt) : NULL;
+    float *xf = xfn ? malloc(sizeof(float) * xfn) : NULL, *xs = sweep ? aligned_alloc(64, sizeof(float) * lds * (size_t)n) : NULL;
+    if ((xbn && !xb) || (wbytes && !wb) || (xfn && !xf) || (sweep && !xs)) {
+        free(xb), free(wb), free(xf), free(xs);
+        return dt_error(DT_ERR_NOMEM, "rowdot: out of memory for a [%d, %d] Linear's %d rows", O, K, n);
     }
     /* a row at a time, shared by the threads at prefill (each row's bits its own; rowdot_bench, int8 on two threads of
      * the Zen 3: 81-82 -> 86-87 GFLOP/s in the two pairs the VM held still) */
     #pragma omp parallel for schedule(static) if (threads && n > DECODE_ROWS)
-    for (int r = 0; r < (xb ? n : 0); r++) {
+    for (int r = 0; r < (xb || xs ? n : 0); r++) {
         size_t at = (size_t)r * (size_t)K;
-        dt_rowdot_q8_round(xb + at, x + at, (size_t)K);
+        if (xb) dt_rowdot_q8_round(xb + at, x + at, (size_t)K);
         if (xf) dt_rowdot_q8_widen_row(xf + at, xb + at, K);
+        if (xs && xb) dt_rowdot_q8_widen_row(xs + (size_t)r * lds, xb + at, K);
+        else if (xs) memcpy(xs + (size_t)r * lds, x + at, sizeof(float) * (size_t)K);
     }
-    c.xb = xb, c.xf = xf;
+    c.xb = xb, c.xf = xf, c.xs = xs, c.lds = lds;
     if (!threads) {
         rows_range(&c, out, 0, panels, wb);
     } else {
         #pragma omp parallel for schedule(static)
         for (int p = 0; p < panels; p++) rows_range(&c, out, p, p + 1, wb ? wb + wbytes * (size_t)omp_get_thread_num() : NULL);
     }
-    free(xb), free(wb), free(xf);
+    free(xb), free(wb), free(xf), free(xs);
     return DT_OK;
 }
 
-void dt_rowdot_f32(float *out, const float *x, const float *w, const float *bias, int n, int K, int O) {
-    (void)rowdot(out, x, w, false, NULL, bias, n, K, O); /* f32 allocates nothing: it cannot fail */
+dt_status dt_rowdot_f32(float *out, const float *x, const float *w, const float *bias, int n, int K, int O) {
+    return rowdot(out, x, w, false, NULL, bias, n, K, O);
 }
 
 dt_status dt_panels_apply(float *out, const float *x, const dt_panels *p, const float *bias, int n) {
