@@ -249,13 +249,14 @@ static void q8_range_checks(void) {
 
 static void rowdot_checks(void) {
     /* 1029: blocks of 256 inputs and a tail; 45: int8's chunks of 16 end 8 inputs before f32's of 8 */
-    static const int Ks[] = { 5, 37, 64, 100, 768, 1029, 45 };
+    static const int Ks[] = { 5, 37, 64, 100, 768, 1029, 45, 768, 1029 };
     for (int t = 1; t <= max_threads; t++) {
         dt_kernels_set_threads(t);
         for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++) {
             /* two whole panels of 24 outputs and a part; rows in groups of 5, 4, 4 (13), 6, 6 (12), or a chunk of 60
-             * rows in groups of 6 and then 3 (63) or 2 (62) */
-            static const int ns[] = { 13, 12, 13, 12, 63, 62, 13 };
+             * rows in groups of 6 and then 3 (63) or 2 (62); AVX2's prefill's chunks of 132 and then one row (133) or
+             * three (135) */
+            static const int ns[] = { 13, 12, 13, 12, 63, 62, 13, 133, 135 };
             int K = Ks[ki], O = 53, n = ns[ki];
             float *x = malloc(sizeof(float) * (size_t)n * K), *w = malloc(sizeof(float) * (size_t)O * K), b[53];
             fill(x, (size_t)n * K, 1 + (uint64_t)K);

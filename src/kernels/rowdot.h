@@ -26,8 +26,15 @@
  * its passes over all of K, dt_rowdot_q8_decode) */
 #define DECODE_KBLOCK 256
 /* AVX2 prefill's block of inputs (rowdot.c's sweep_avx2; a multiple of 16, int8's chunk): 6 rows' 9 KB, in L1
- * while a panel streams by (Zen 3, 124M's Linears at 128 rows: 192 and 256 slower, 512 no faster) */
+ * while a panel streams by (Zen 3, 124M's Linears at 128 rows: 192 and 256 slower, 512 no faster), where K is
+ * longer than PREFILL_KWHOLE; to that, the whole of K at once, no sums saved between blocks (a later Zen 3, one
+ * thread, 128 rows, rowdot_bench: K 576 and 768 3-7% faster than in blocks of 384; blocks of 768 at K 1536 and
+ * 3072 8-9% slower). SWEEP_CHUNK: prefill's rows a chunk (ROW_CHUNK elsewhere): its rows are read block by block
+ * from L2 or L3 whatever their number, and each chunk reads a panel from memory again and int8 widens it again
+ * (at 128 rows, chunks of 60 and of 132: int8 3-7% faster, f32 0-3%). */
 #define PREFILL_KBLOCK 384
+#define PREFILL_KWHOLE 768
+#define SWEEP_CHUNK 132
 
 /* One panel's weights (panels.h), packed or in place: output i's chunk of c inputs at k (c: dt_panel_chunk) is
  * at w + i * rs + (k / c) * cs, its tail (k >= K & ~(c - 1)) at t + i * trs + k - (K & ~(c - 1)); elements, not
