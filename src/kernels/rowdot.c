@@ -268,16 +268,14 @@ static void decode_panel(float *res, const float *x, size_t ldx, const view *v, 
 typedef struct {
     const float *x;     /* rows [n][K] */
     const uint16_t *xb; /* int8: the rows rounded to bf16 (rowdot_int8.c) */
-    const float *xf;    /* int8 on AVX2's decoding of 7-8 rows: those widened to f32 in the spec's order
-                         * (dt_rowdot_q8_widen_row) */
-    const float *xs;    /* AVX2's prefill (sweeps): the rows, int8's widened as xf's, each 64-byte aligned, lds apart */
+    const float *xs;    /* where AVX2 sweeps: the rows (int8's widened to f32 in the spec's order,
+                         * dt_rowdot_q8_widen_row), each 64-byte aligned, lds apart */
     size_t lds;
     const void *w;
     const float *scale, *bias; /* scale: int8's per output (NULL in f32) */
     bool packed;
     int n, K, O;
     int level; /* the tiles' path (simd.h): int8 takes AVX2's where it does not multiply bf16 */
-    bool widened; /* int8 whose view is its panel widened to f32 (widened_view): f32's kernels on xf, then scaled */
 } call;
 
 /* Tiles, widest first: [0] the one a block of nr rows is swept in, [1] a narrower one for what is left of a
@@ -300,7 +298,7 @@ static void tile_widths(int nr, int level, tile_choice c[2]) {
 static void run_tile(const call *c, tile_kind kind, float *res, int r, const view *v, int i, int nr, bool stream, const void *wb) {
 #if HAVE_AVX2_PATH
     size_t K = (size_t)c->K, rs = v->rs, cs = v->cs, trs = v->trs;
-    if (c->scale && !c->widened) {
+    if (c->scale) {
         const int8_t *w = (const int8_t *)v->w + i * rs, *t = (const int8_t *)v->t + i * trs;
         const uint16_t *x = c->xb + (size_t)r * K;
         if (kind == T_WIDE) dt_rowdot_q8_wide(nr, res, x, K, (const uint16_t *)wb + i * rs, cs, t, trs, c->K);
@@ -309,7 +307,7 @@ static void run_tile(const call *c, tile_kind kind, float *res, int r, const vie
     }
     size_t pf = stream && v->packed ? cs * sizeof(float) : 0;
     const float *w = (const float *)v->w + i * rs, *t = (const float *)v->t + i * trs;
-    const float *x = (c->widened ? c->xf : c->x) + (size_t)r * K;
+    const float *x = c->x + (size_t)r * K;
     if (kind == T_WIDE) wide_f32(nr, res, x, K, w, rs, cs, t, trs, c->K, pf);
     else tile_f32(nr, res, x, K, w, rs, cs, t, trs, c->K, pf);
 #else
@@ -345,32 +343,29 @@ static void block(const call *c, float *out, const view *v, int r, int nr, int o
         if (kind != T_NONE) run_tile(c, kind, res, r, v, i + t, nr, first && t == 0, wb);
         else
             for (int a = 0; a < nr; a++)
-                res[a * RES_LD] = c->scale && !c->widened ? dt_rowdot_q8_dot(c->xb + (r + a) * K, v, i + t, c->K)
-                                                          : dot_portable((c->widened ? c->xf : c->x) + (r + a) * K, v, i + t, c->K);
+                res[a * RES_LD] = c->scale ? dt_rowdot_q8_dot(c->xb + (r + a) * K, v, i + t, c->K)
+                                           : dot_portable(c->x + (r + a) * K, v, i + t, c->K);
         put(out, res, r, nr, o0 + i + t, m, c->scale, c->bias, c->O);
     }
 }
 
-/* int8's panel v widened to f32 at wf (dt_rowdot_q8_widen_f32): a view of it that f32's kernels read in int8's
- * spec's order, against the rows widened as xf: chunks of 8, a chunk of 16's odd inputs then its even ones, so each
- * lane takes the odd product, then the even one; the tail's 16 a row after the panel's K & ~15. f32's kernels end
- * their chunks at K & ~7: the same place where K & 8 is 0 (widens); sweep_avx2 ends them itself. */
+/* int8's panel v widened to f32 at wf (dt_rowdot_q8_widen_f32): a view of it that f32's tiles read in int8's
+ * spec's order, against the rows widened the same way (xs): chunks of 8, a chunk of 16's odd inputs then its even
+ * ones, so each lane takes the odd product, then the even one; the tail's 16 a row after the panel's K & ~15.
+ * f32's tiles end their chunks at K & ~7; sweep_avx2 ends them at int8's K & ~15 itself. */
 static inline view widened_view(const float *wf, const view *v, int K) {
     size_t kend = (size_t)(K & ~15);
     return (view){ wf, wf + (size_t)v->pw * kend, kend, 8, 16, v->pw, false };
 }
 
-/* Whether int8 on AVX2 runs a decoding step's 7-8 rows against its panels widened to f32, a tile's 3 outputs at a
- * time (12 KB at K 1024, in L1 for the second group; 6 at a time no faster), once for both groups of rows: its own
- * tiles converted each weight four times at batch 8 (twice in a tile of 4 rows x 3 outputs, which cannot hold its
- * rows' inputs too, and once a group). An AMD EPYC of Zen 1's kind (AVX2, one thread, 124M's Linears at 8 rows,
- * rowdot_bench): 18.4-18.8 -> 22.8-23.5 GFLOP/s; at 2-6 rows (one group) no faster or slower (2 rows, whose tile
- * converts once: 17 -> 11), so they keep their tiles. */
-static bool widens(const call *c) { return c->scale && c->level == DT_SIMD_AVX2 && c->n > 6 && c->n <= DECODE_ROWS && !(c->K & 8); }
 
 /* Whether a call's groups of rows go through sweep_avx2: AVX2's prefill (int8 without AVX512-BF16 takes AVX2's
- * level), not a decoding step's few rows. */
-static bool sweeps(const call *c) { return c->level == DT_SIMD_AVX2 && c->n > DECODE_ROWS; }
+ * level), and int8's decoding steps of 7-8 rows, two groups that the panel widened once serves (it was widened 3
+ * outputs at a time for f32's 4 x 3 tiles, before sweep_avx2 went over whole rows: Zen 3, SmolLM-135M, batch 8,
+ * 130-131 -> 156-163 tokens/s on one thread, 234-251 -> 282-299 on two). f32's 7-8 rows keep block()'s order,
+ * which reads each weight from memory once for both groups (through sweep_avx2, the same runs: 135-142 -> 104-110
+ * on one thread). */
+static bool sweeps(const call *c) { return c->level == DT_SIMD_AVX2 && (c->n > DECODE_ROWS || (c->scale && c->n > 6)); }
 
 #if HAVE_AVX2_PATH
 /* AVX2, rows [r, r + nr) (2-6) against a panel's outputs: the rows' inputs a block of PREFILL_KBLOCK at a time,
@@ -408,8 +403,8 @@ static void sweep_avx2(const call *c, float *out, const view *v, int p, int r, i
 
 /* Panels [p0, p1) against rows [0, n): each panel in blocks of its rows' widest tile, by up to 6 rows, swept
  * while a chunk of rows is in cache. wb: room for a panel widened (int8 with more than one row: to bf16 on
- * AVX512-BF16; to f32 and its tails on AVX2, where a chunk's groups of rows would each convert it again (prefill,
- * and decoding's 7-8 rows: widens); else NULL). */
+ * AVX512-BF16; to f32 and its tails where AVX2 sweeps, where a chunk's groups of rows would each convert it again);
+ * else NULL). */
 static void rows_range(const call *c, float *out, int p0, int p1, void *wb) {
     bool q8 = c->scale != NULL;
     size_t K = (size_t)c->K;
@@ -429,26 +424,10 @@ static void rows_range(const call *c, float *out, int p0, int p1, void *wb) {
                 put(out, res, r0, r1 - r0, p * DT_PANEL, DT_PANEL, c->scale, c->bias, c->O);
                 continue;
             }
-            /* AVX2's prefill (int8: wb has room for the panel in f32 then). A decoding step's few rows keep the
-             * order below, which reads each weight from memory once for all of them (f32 batch 8 through
-             * sweep_avx2, Zen 3: 106-109 -> 85-88 tokens/s, its 4 + 4 rows reading each panel twice). */
+            /* AVX2's prefill and int8's 7-8 rows (sweeps; int8: wb has room for the panel in f32 then) */
             if (sweeps(c) && base > 1) {
                 if (q8) dt_rowdot_q8_widen_f32(wb, &v, c->K);
                 for (int a = 0, r = r0; a < g; r += base + (a < extra), a++) sweep_avx2(c, out, &v, p, r, base + (a < extra), wb);
-                continue;
-            }
-            if (widens(c)) {
-                call cw = *c;
-                cw.widened = true;
-                for (int i = 0, m; i < v.pw; i += m) {
-                    m = v.pw - i < 3 ? v.pw - i : 3;
-                    view part = v;
-                    part.w = (const int8_t *)v.w + (size_t)i * v.rs, part.t = (const int8_t *)v.t + (size_t)i * v.trs, part.pw = m;
-                    dt_rowdot_q8_widen_f32(wb, &part, c->K);
-                    view f = widened_view(wb, &part, c->K);
-                    for (int a = 0, r = r0; a < g; r += base + (a < extra), a++)
-                        block(&cw, out, &f, r, base + (a < extra), p * DT_PANEL + i, 0, m, false, NULL);
-                }
                 continue;
             }
 #endif
@@ -552,17 +531,17 @@ static dt_status rowdot(float *out, const float *x, const void *w, bool packed, 
     bool threads = (double)n * K * O >= 65536 && !omp_in_parallel();
     int nt = threads ? omp_get_max_threads() : 1;
     /* int8: its rows in bf16, and a panel's room to widen a thread: to bf16 where tiles of AVX512-BF16 take them, to
-     * f32 where AVX2 runs f32's tiles (sweep_avx2 at prefill, with the rows in xs; widens at decoding, with xf) */
-    bool sweep = sweeps(&c), sweep8 = scale && (sweep || widens(&c));
+     * f32 where AVX2 sweeps, f32's tiles on the rows widened in xs */
+    bool sweep = sweeps(&c);
     size_t lds = ((size_t)K + 15) / 16 * 16 + 16; /* rows 64 bytes aligned and a line apart in L1's sets */
-    size_t xbn = scale ? (size_t)n * K : 0, xfn = scale && widens(&c) ? (size_t)n * K : 0, panel = (size_t)DT_PANEL * (K & ~15);
+    size_t xbn = scale ? (size_t)n * K : 0, panel = (size_t)DT_PANEL * (K & ~15);
     size_t wbytes = dp && n > 1 && (n > DECODE_ROWS || O % DT_PANEL) ? panel * sizeof(uint16_t)
-                    : sweep8 ? (panel + DT_PANEL * 16) * sizeof(float) : 0;
+                    : scale && sweep ? (panel + DT_PANEL * 16) * sizeof(float) : 0;
     uint16_t *xb = xbn ? malloc(sizeof(uint16_t) * xbn) : NULL;
     char *wb = wbytes ? malloc(wbytes * (size_t)nt) : NULL;
-    float *xf = xfn ? malloc(sizeof(float) * xfn) : NULL, *xs = sweep ? aligned_alloc(64, sizeof(float) * lds * (size_t)n) : NULL;
-    if ((xbn && !xb) || (wbytes && !wb) || (xfn && !xf) || (sweep && !xs)) {
-        free(xb), free(wb), free(xf), free(xs);
+    float *xs = sweep ? aligned_alloc(64, sizeof(float) * lds * (size_t)n) : NULL;
+    if ((xbn && !xb) || (wbytes && !wb) || (sweep && !xs)) {
+        free(xb), free(wb), free(xs);
         return dt_error(DT_ERR_NOMEM, "rowdot: out of memory for a [%d, %d] Linear's %d rows", O, K, n);
     }
     /* a row at a time, shared by the threads at prefill (each row's bits its own; rowdot_bench, int8 on two threads of
@@ -571,18 +550,17 @@ static dt_status rowdot(float *out, const float *x, const void *w, bool packed, 
     for (int r = 0; r < (xb || xs ? n : 0); r++) {
         size_t at = (size_t)r * (size_t)K;
         if (xb) dt_rowdot_q8_round(xb + at, x + at, (size_t)K);
-        if (xf) dt_rowdot_q8_widen_row(xf + at, xb + at, K);
         if (xs && xb) dt_rowdot_q8_widen_row(xs + (size_t)r * lds, xb + at, K);
         else if (xs) memcpy(xs + (size_t)r * lds, x + at, sizeof(float) * (size_t)K);
     }
-    c.xb = xb, c.xf = xf, c.xs = xs, c.lds = lds;
+    c.xb = xb, c.xs = xs, c.lds = lds;
     if (!threads) {
         rows_range(&c, out, 0, panels, wb);
     } else {
         #pragma omp parallel for schedule(static)
         for (int p = 0; p < panels; p++) rows_range(&c, out, p, p + 1, wb ? wb + wbytes * (size_t)omp_get_thread_num() : NULL);
     }
-    free(xb), free(wb), free(xf), free(xs);
+    free(xb), free(wb), free(xs);
     return DT_OK;
 }
 
