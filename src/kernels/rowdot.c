@@ -358,7 +358,6 @@ static inline view widened_view(const float *wf, const view *v, int K) {
     return (view){ wf, wf + (size_t)v->pw * kend, kend, 8, 16, v->pw, false };
 }
 
-
 /* Whether a call's groups of rows go through sweep_avx2: AVX2's prefill (int8 without AVX512-BF16 takes AVX2's
  * level), and int8's decoding steps of 7-8 rows, two groups that the panel widened once serves (it was widened 3
  * outputs at a time for f32's 4 x 3 tiles, before sweep_avx2 went over whole rows: Zen 3, SmolLM-135M, batch 8,
