@@ -60,6 +60,9 @@ serve_four() { # NAME PLUGIN ARGS...: a server of $a with ARGS, four requests se
     done
     wait "${cpids[@]}"
     kill -TERM $srv 2> /dev/null
+    # a server that does not stop fails by name within 20 s, not the test's limit later with nothing said
+    for _ in $(seq 200); do kill -0 $srv 2> /dev/null || break; sleep 0.1; done
+    kill -0 $srv 2> /dev/null && { kill -KILL $srv; fail "serve ($name) still running 20 s after SIGTERM"; }
     wait $srv
 }
 serve_four scpu ""
