@@ -138,6 +138,16 @@ for n in 2 3; do
 done
 got=$(OMP_NUM_THREADS=5 "$DTRAIN" launch -n 2 -- bash -c 'echo "$OMP_NUM_THREADS"' 2>/dev/null | sort -u)
 [ "$got" = 5 ] && ok || fail "launch with OMP_NUM_THREADS=5 set: the ranks got '$got'"
+# and a rank takes that count where --threads is not given (as OpenMP programs do), one process too
+tok=$(mktemp -d)
+head -c 20000 /usr/share/common-licenses/GPL-3 > "$tok/text"
+"$DTRAIN" tokenize --bytes "$tok/text" "$tok/train.bin" > /dev/null 2>&1
+for n in 1 2; do
+    got=$(OMP_NUM_THREADS=3 "$DTRAIN" train --nproc $n --data "$tok/train.bin" --layers 1 --channels 32 --heads 2 --vocab 256 \
+          --seq 16 --batch 2 --steps 1 2>&1 | grep -o "[0-9]* threads\? per rank")
+    [ "$got" = "3 threads per rank" ] && ok || fail "train --nproc $n with OMP_NUM_THREADS=3: '$got'"
+done
+rm -rf "$tok"
 
 # (/dev/shm is not counted here: other jobs and MPI libraries write there; that dtrain's segment is an
 # unnamed memfd is checked on a live rank in train_faults.sh)

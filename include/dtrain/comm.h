@@ -72,9 +72,11 @@ int dt_comm_rank(const dt_comm *comm);
 int dt_comm_size(const dt_comm *comm);
 int dt_comm_local_rank(const dt_comm *comm);
 int dt_comm_local_size(const dt_comm *comm);
-/* A rank's share of the cores for its threads (--threads 0): those it may use (its affinity mask, or Slurm's
- * cpus-per-task), divided among the ranks on its machine where the mask is the whole machine (a launcher that binds
- * gives each rank its own), so that ranks x threads never oversubscribe by default. comm NULL: one process. */
+/* A rank's threads where --threads is not given: OMP_NUM_THREADS where the environment names a count (as OpenMP
+ * programs and PyTorch take it; `dtrain launch` sets it to this share for its ranks); otherwise its share of the cores
+ * it may use (its affinity mask, or Slurm's cpus-per-task), divided among the ranks on its machine where the mask is
+ * the whole machine (a launcher that binds gives each rank its own), so that ranks x threads never oversubscribe by
+ * default. comm NULL: one process. */
 int dt_comm_threads_share(const dt_comm *comm);
 int dt_comm_node(const dt_comm *comm);
 int dt_comm_nodes(const dt_comm *comm);

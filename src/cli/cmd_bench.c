@@ -258,7 +258,7 @@ static int bench_serve(int argc, char **argv) {
         { "--model", "a weights file or checkpoint directory to serve" }, { "--url", "a running server's /v1/completions URL" },
         { "--clients", "a whole number from 1 to 1024" }, { "--seconds", "a number from 1 to 86400" },
         { "--max-tokens", "a whole number from 1 to 100000" }, { "--slots", "a whole number from 1 to 1024" },
-        { "--threads", "a whole number from 0 (all cores) to 1024" }, { "--quantize", "int8 or none" }, { NULL, NULL } };
+        { "--threads", "a whole number from 0 (OMP_NUM_THREADS, or the cores it may use) to 1024" }, { "--quantize", "int8 or none" }, { NULL, NULL } };
     dt_bench_serve_opts o = { NULL, NULL, "none", 16, 32, 8, 0, 20 };
     double clients = o.clients, secs = o.seconds, mt = o.max_tokens, slots = o.slots, threads = 0;
     for (int i = 3; i < argc; i++) {

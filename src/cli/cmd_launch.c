@@ -25,7 +25,7 @@ int dt_cli_launch(int argc, char **argv) {
                    "Runs N ranks of PROGRAM on this machine, wired over shared memory.\n"
                    "Exits non-zero, naming the rank, as soon as any rank fails.\n"
                    "Each rank gets OMP_NUM_THREADS = its share of the cores (cores / N, at least 1)\n"
-                   "unless the environment sets it.\n");
+                   "unless the environment sets it; dtrain's own commands take that count.\n");
             return 0;
         }
         if (argv[i][0] == '-') { dt_log(DT_LOG_ERROR, "launch: unknown flag '%s'", argv[i]); return 2; }

@@ -8,7 +8,7 @@
 static const dt_cli_flag flags[] = {
     { "--port", "a whole number from 0 (any free port) to 65535" }, { "--host", "an address to listen on" },
     { "--lora", "PEFT's adapter folder (or a LoRA run's --save DIR)" },
-    { "--threads", "a whole number from 0 (all cores) to 1024" }, { "--slots", "a whole number of requests from 1 to 1024" },
+    { "--threads", "a whole number from 0 (OMP_NUM_THREADS, or the cores it may use) to 1024" }, { "--slots", "a whole number of requests from 1 to 1024" },
     { "--budget", "a whole number of rows a step from 1 to 65536" }, { "--queue", "a whole number of waiting requests from 0 to 1e6" },
     { "--quantize", "int8 (or none)" }, { "--bpe", "ENCODER.json VOCAB.bpe (two files)" }, { "--tokenizer", "a tokenizer.json" },
     { "--max-body", "a size in bytes from 1024 to 1e9" }, { "--upload-timeout", "seconds from 1 to 3600" }, { "--help", "" },
