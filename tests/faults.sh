@@ -147,6 +147,9 @@ for n in 1 2; do
           --seq 16 --batch 2 --steps 1 2>&1 | grep -o "[0-9]* threads\? per rank")
     [ "$got" = "3 threads per rank" ] && ok || fail "train --nproc $n with OMP_NUM_THREADS=3: '$got'"
 done
+got=$(OMP_NUM_THREADS=3 "$DTRAIN" plan --nproc 2 --layers 1 --channels 32 --heads 2 --vocab 256 --seq 16 --batch 2 2>&1 |
+      grep -o "[0-9]* threads\? a rank")
+[ "$got" = "3 threads a rank" ] && ok || fail "plan --nproc 2 with OMP_NUM_THREADS=3 (the run's threads): '$got'"
 rm -rf "$tok"
 
 # (/dev/shm is not counted here: other jobs and MPI libraries write there; that dtrain's segment is an

@@ -78,6 +78,8 @@ int dt_comm_local_size(const dt_comm *comm);
  * the whole machine (a launcher that binds gives each rank its own), so that ranks x threads never oversubscribe by
  * default. comm NULL: one process. */
 int dt_comm_threads_share(const dt_comm *comm);
+/* OMP_NUM_THREADS's count ("4", or the first of libgomp's nested "4,2"); 0 where it names none. */
+int dt_comm_threads_asked(void);
 int dt_comm_node(const dt_comm *comm);
 int dt_comm_nodes(const dt_comm *comm);
 /* True (with the reason in msg) once the job is failing: a rank on this

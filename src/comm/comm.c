@@ -214,8 +214,7 @@ int dt_comm_node(const dt_comm *c) { return c ? c->node : -1; }
 int dt_comm_nodes(const dt_comm *c) { return c ? c->nodes : 0; }
 const char *dt_comm_transport(const dt_comm *c) { return c ? c->transport : "none"; }
 
-/* OMP_NUM_THREADS's first count ("4" or libgomp's nested "4,2"), or 0 where it names none. */
-static int omp_count(void) {
+int dt_comm_threads_asked(void) {
     const char *s = getenv("OMP_NUM_THREADS");
     if (!s || !*s) return 0;
     char *end;
@@ -224,7 +223,7 @@ static int omp_count(void) {
 }
 
 int dt_comm_threads_share(const dt_comm *c) {
-    int asked = omp_count();
+    int asked = dt_comm_threads_asked();
     if (asked) return asked;
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     int mine = dt_cpu_allowed();

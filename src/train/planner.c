@@ -108,7 +108,8 @@ static dt_status plan_one(const dt_train_config *c, const dt_plan_request *rq, c
     r->job.expert_load = rq->expert_load;
     r->job.paper_states = rq->params > 0 || !h->shared_memory;
     r->job.paper_acts = !h->shared_memory;
-    r->job.threads = c->threads;
+    /* the threads a run from this shell takes (train.c: --threads, else OMP_NUM_THREADS, else its share of the cores) */
+    r->job.threads = c->threads > 0 || paper ? c->threads : dt_comm_threads_asked();
     r->job.nodes = nodes;
     r->job.process_bytes = process;
     dt_plan_step_time(&r->job, h, &r->time);
