@@ -17,8 +17,10 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: dtrain train --data FILE [FLAGS]\n"
-            "  --model M          preset d6 (default), 124M, 350M, 774M, 1558M, or a model file\n"
-            "                     (llm.c .bin, f32 or bf16; or HF GPT-2 .safetensors, f32/bf16/f16);\n"
+            "  --model M          preset d6 (default), 124M, 350M, 774M, 1558M (GPT-2), llama-tiny, mixtral-tiny,\n"
+            "                     smollm-135m, llama3.2-1b (the Llama family), or a model file (llm.c .bin, f32 or\n"
+            "                     bf16; HF GPT-2 .safetensors, f32/bf16/f16), or an HF folder (config.json and\n"
+            "                     safetensors: gpt2, llama, qwen2, mixtral, qwen2_moe);\n"
             "                     mlp or mlp:H1,H2,..: image classification (hidden sizes; 256,128 by default) on\n"
             "                     --data DIR with MNIST-style IDX files (default /usr/share/datasets/fashion-mnist),\n"
             "                     --epochs N (5); test accuracy and img/s per worker and in total each epoch\n"
@@ -31,6 +33,7 @@ static void usage(FILE *f) {
             "                     a ResNet's --save DIR / --resume DIR / --stop-after count global steps and keep the\n"
             "                     running averages too\n"
             "  --layers/--heads/--channels/--vocab/--max-seq N   shape overrides (any shape); --kv-heads N, --ffn N\n"
+            "                     (a Llama's K/V heads and MLP width)\n"
             "  --experts E        a Llama's MLP as E SwiGLU experts (Mixtral's mixture), a GPT-2's as E GELU experts\n"
             "                     (up and down, no biases: gpt2_moe), --ffn hidden units each; --experts-top-k K (2) a\n"
             "                     token, their weights renormalised; dropless\n"
@@ -51,7 +54,6 @@ static void usage(FILE *f) {
             "  --capacity-factor F  each expert takes at most F x its even share of a micro-batch's choices on a rank\n"
             "                     (Megatron's), the rest dropped --drop-policy probs (the lightest, the default) or\n"
             "                     position (the latest); without it every choice is computed (dropless)\n"
-            "                     (a Llama's K/V heads and MLP width)\n"
             "  --data FILE        training tokens (llm.c format), or FILE.jsonl: supervised fine-tuning on chats\n"
             "                     ({\"messages\": [{\"role\", \"content\"}, ..]}) or {\"prompt\", \"completion\"} pairs, one\n"
             "                     example a row of --seq (cut or padded), the loss on the assistant's turns or the\n"
