@@ -255,6 +255,16 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 if diff <("$here/scripts/cli-reference.sh" "$(dirname "$DTRAIN")") "$here/docs/cli.md" > "$dir/cli.diff"; then
     ok "docs/cli.md is every command's --help as this build prints it"
 else fail "docs/cli.md is stale (scripts/cli-reference.sh build > docs/cli.md): $(head -c 400 "$dir/cli.diff")"; fi
+# dtrain --help names every command main.c dispatches and every kind bench takes (it had lost bench infer, serve, rl)
+"$DTRAIN" --help > "$dir/help"
+missing=""
+for c in $(grep -o 'strcmp(cmd, "[a-z]*")) return' "$here/src/cli/main.c" | cut -d'"' -f2); do
+    grep -q "^  $c " "$dir/help" || missing="$missing $c"
+done
+kinds=$("$DTRAIN" bench 2>&1 | sed -n 's/.*expected //p' | sed 's/ or /, /; s/,//g')
+for k in $kinds; do grep -q "^  bench $k " "$dir/help" || missing="$missing 'bench $k'"; done
+[ -n "$kinds" ] && [ -z "$missing" ] && ok "dtrain --help names every command and bench's $(echo $kinds | wc -w) kinds" ||
+    fail "dtrain --help leaves out:$missing (bench's kinds: '$kinds')"
 
 # MFU's peak counts the cores there are: 4 ranks x 2 threads on a smaller machine is the machine's cores' worth
 cores=$(nproc); want=$(( cores < 8 ? cores : 8 ))
