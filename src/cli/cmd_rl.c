@@ -29,7 +29,7 @@ static const dt_cli_flag flags[] = {
 };
 
 static void usage(void) {
-    printf("usage: dtrain rl --env cartpole [--algo ppo|impala] [--nproc N] [--total-steps 500000] [--seed 1] [FLAGS]\n"
+    printf("usage: dtrain rl --env cartpole [--algo ppo|impala|reinforce] [--nproc N] [--total-steps 500000] [--seed 1] [FLAGS]\n"
            "       dtrain rl eval --policy FILE --env cartpole   (see dtrain rl eval --help)\n"
            "Reinforcement learning on dtrain's environments: %s.\n"
            "PPO (CleanRL's ppo.py recipe and defaults): --envs 4 environments in the job, --rollout-steps 128 steps each per\n"

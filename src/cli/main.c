@@ -96,7 +96,7 @@ static void usage(FILE *f) {
             "  tokenize --bpe ENC VOCAB IN OUT     text to a token file with GPT-2's BPE (encoder.json, vocab.bpe)\n"
             "  eval --model M [--data FILE]        the validation loss of a checkpoint (on its own settings), model or HF folder\n"
             "  generate --model F --prompt T       sample text from a trained model\n"
-            "  rl --env cartpole [--nproc N]       reinforcement learning (PPO, IMPALA) on dtrain's environments\n"
+            "  rl --env cartpole [--nproc N]       reinforcement learning (PPO, IMPALA, REINFORCE) on dtrain's environments\n"
             "  serve MODEL [--port P]              serve it over HTTP (OpenAI's completions and chat API, continuous batching)\n"
             "  plot METRICS.jsonl -o loss.svg      draw the loss curve (--log: log scale)\n"
             "  report RUN_DIR -o report.html       one HTML page of a run (charts, timeline; see train --report)\n"
