@@ -82,7 +82,9 @@ static void usage(void) {
            "each context through the stages in turn; the last prints. --tp N: into N tensor-parallel parts\n"
            "(Megatron's split), the cache's decoder on each; rank 0 prints.\n"
            "--device cuda[:N]: the cache's decoder on NVIDIA GPU N (0 by default), the weights and the cache there\n"
-           "in f32; one process, the whole model (not with --pp, --tp, --no-cache or --quantize int8).\n");
+           "in f32; one process, the whole model (not with --pp, --tp, --no-cache or --quantize int8).\n"
+           "Threads: OMP_NUM_THREADS where the environment sets it, else the cores this process may use (with --nproc,\n"
+           "its share of them).\n");
 }
 
 /* generate's settings. */
