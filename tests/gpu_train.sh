@@ -10,6 +10,15 @@ set -u
 DTRAIN=$1
 HOST=$(realpath "$2")
 . "$(dirname "$0")/checks.sh"
+# Each dtrain here takes about a second: one that is stuck ends at 60 s (GPU_TRAIN_LIMIT; exit 124) and fails its own check by name,
+# rather than holding the whole test until ctest's limit with nothing said. The threads of generate and serve (given
+# no --threads) are 2, not every core: a many-core machine, or a CPU quota below its cores, would otherwise run teams
+# of every core for each tiny step.
+real_dtrain=$DTRAIN
+DTRAIN=$dir/dtrain
+printf '#!/bin/sh\nexec timeout -k 5 %s "%s" "$@"\n' "${GPU_TRAIN_LIMIT:-60}" "$real_dtrain" > "$DTRAIN"
+chmod +x "$DTRAIN"
+export OMP_NUM_THREADS=2
 gpl_tokens
 model=(--data "$dir/train.bin" --val-data "$dir/train.bin" --eval-every 3 --eval-batches 2 --layers 2 --channels 64 --heads 4
        --vocab 256 --max-seq 64 --seq 64 --batch 4 --threads 1 --quiet --steps 6 --lr 1e-3 --schedule cosine --warmup 2
