@@ -150,6 +150,19 @@ done
 got=$(OMP_NUM_THREADS=3 "$DTRAIN" plan --nproc 2 --layers 1 --channels 32 --heads 2 --vocab 256 --seq 16 --batch 2 2>&1 |
       grep -o "[0-9]* threads\? a rank")
 [ "$got" = "3 threads a rank" ] && ok || fail "plan --nproc 2 with OMP_NUM_THREADS=3 (the run's threads): '$got'"
+# a container's CPU quota (a made v1 tree: one core's worth) bounds the default threads, the launcher's and the plan's
+cg="$tok/cgroup"
+mkdir -p "$cg/cpu/job" && printf '3:cpu:/job\n' > "$cg/self"
+echo 100000 > "$cg/cpu/job/cpu.cfs_quota_us" && echo 100000 > "$cg/cpu/job/cpu.cfs_period_us"
+got=$(DTRAIN_CGROUP_ROOT="$cg" "$DTRAIN" train --data "$tok/train.bin" --layers 1 --channels 32 --heads 2 --vocab 256 \
+      --seq 16 --batch 2 --steps 1 2>&1 | grep -o "[0-9]* threads\? per rank")
+[ "$got" = "1 thread per rank" ] && ok || fail "train under a 1-core CPU quota: '$got'"
+out=$(DTRAIN_CGROUP_ROOT="$cg" "$DTRAIN" train --nproc 2 --data "$tok/train.bin" --layers 1 --channels 32 --heads 2 --vocab 256 \
+      --seq 16 --batch 2 --steps 1 2>&1)
+echo "$out" | grep -q "2 ranks on 1 cores: oversubscribed" && ok || fail "train --nproc 2 under a 1-core CPU quota, no warning: $out"
+got=$(DTRAIN_CGROUP_ROOT="$cg" "$DTRAIN" plan --nproc 2 --layers 1 --channels 32 --heads 2 --vocab 256 --seq 16 --batch 2 2>&1 |
+      grep -o "every rank computes [0-9.]*x slower")
+[ "$got" = "every rank computes 2x slower" ] && ok || fail "plan --nproc 2 under a 1-core CPU quota: '$got'"
 rm -rf "$tok"
 
 # (/dev/shm is not counted here: other jobs and MPI libraries write there; that dtrain's segment is an

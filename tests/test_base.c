@@ -53,7 +53,60 @@ static void permutations(void) {
     EXPECT(lo > 900 && hi < 1100, "dt_rng_permute: place 3 of 8 under 8000 seeds lands %d to %d times a place (want 900-1100)", lo, hi);
 }
 
+/* Writes text into root/rel, making its folders. */
+static void put(const char *root, const char *rel, const char *text) {
+    char path[512], cmd[600];
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\"", path);
+    if (system(cmd) != 0) return;
+    FILE *f = fopen(path, "w");
+    if (f) fputs(text, f), fclose(f);
+}
+
+/* Control groups' limits from made trees: v2 and v1, the tightest of a group and its parents, the root counted,
+ * "max" and -1 as none, a controller named exactly (cpuacct and cpuset are not cpu). */
+static void cgroups(void) {
+    char root[] = "/tmp/dt_cgroupXXXXXX", self[64];
+    if (!mkdtemp(root)) { EXPECT(0, "mkdtemp failed"); return; }
+    snprintf(self, sizeof self, "%s/self", root);
+    put(root, "self", "0::/a/b\n");
+    put(root, "cpu.max", "max 100000\n");
+    put(root, "a/cpu.max", "250000 100000\n");
+    put(root, "a/b/cpu.max", "max 100000\n");
+    put(root, "a/memory.max", "max\n");
+    put(root, "a/b/memory.max", "1073741824\n");
+    double cpu = dt_cgroup_cpu_limit(root, self);
+    size_t mem = dt_cgroup_memory_limit(root, self);
+    EXPECT(cpu == 2.5, "v2, a parent's cpu.max 250000 100000 under the group's max: %g cores (want 2.5)", cpu);
+    EXPECT(mem == 1073741824u, "v2, the group's memory.max 1 GiB under its parent's max: %zu bytes", mem);
+    put(root, "cpu.max", "50000 100000\n"); /* a container's root, tighter still */
+    EXPECT((cpu = dt_cgroup_cpu_limit(root, self)) == 0.5, "v2, the root's cpu.max 50000 100000: %g cores (want 0.5)", cpu);
+
+    put(root, "cpu.max", "max 100000\n");
+    put(root, "self", "6:cpuacct:/j\n5:cpuset:/j\n4:memory:/j/step\n3:cpu,cpuacct:/j/step\n0::/\n");
+    put(root, "cpuacct/j/cpu.cfs_quota_us", "100000\n");
+    put(root, "cpuacct/j/cpu.cfs_period_us", "100000\n");
+    put(root, "cpuset/j/cpu.cfs_quota_us", "100000\n");
+    put(root, "cpuset/j/cpu.cfs_period_us", "100000\n");
+    put(root, "cpu,cpuacct/j/step/cpu.cfs_quota_us", "-1\n");
+    put(root, "cpu,cpuacct/j/step/cpu.cfs_period_us", "100000\n");
+    put(root, "cpu,cpuacct/j/cpu.cfs_quota_us", "300000\n");
+    put(root, "cpu,cpuacct/j/cpu.cfs_period_us", "200000\n");
+    put(root, "memory/j/memory.limit_in_bytes", "2147483648\n");
+    put(root, "memory/memory.limit_in_bytes", "9223372036854771712\n");
+    EXPECT((cpu = dt_cgroup_cpu_limit(root, self)) == 1.5, "v1, the parent's cfs quota 300000 over 200000 (cpuacct's and "
+           "cpuset's files not read): %g cores (want 1.5)", cpu);
+    EXPECT((mem = dt_cgroup_memory_limit(root, self)) == 2147483648u, "v1, the parent's memory.limit_in_bytes 2 GiB: %zu", mem);
+
+    put(root, "self", "4:memory:/j\n3:cpu:/j\n");
+    EXPECT((cpu = dt_cgroup_cpu_limit(root, self)) == 0, "no cpu files on the path: %g cores (want 0: none)", cpu);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    EXPECT(system(cmd) == 0, "removing %s", root);
+}
+
 int main(void) {
+    cgroups();
     stop_requests();
     permutations();
     /* bf16: round to nearest even, exact for 8-bit mantissas. */

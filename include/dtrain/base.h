@@ -108,8 +108,17 @@ void dt_io_get(dt_io_kind kind, uint64_t *bytes, double *seconds);
 const char *dt_cpu_model(char *out, size_t cap);
 /* Whether the CPU's flags in /proc/cpuinfo include flag (false if unreadable). */
 bool dt_cpu_has(const char *flag);
-/* The cores this process may run on: its affinity mask's (taskset, a Slurm step), else every online one. */
+/* The cores this machine gives the job: the online ones, no more than its control group's CPU quota buys in whole
+ * cores (Docker's --cpus 2.5 on 64 cores: 2); every process in the group shares them. */
+int dt_cpu_cores(void);
+/* The cores this process may run on: dt_cpu_cores, no more than its affinity mask holds (taskset, a Slurm step). */
 int dt_cpu_allowed(void);
+/* The tightest limits this process's control groups (v1 or v2: its own group, every parent, the root) put on memory
+ * (bytes; SIZE_MAX: none) and on CPU time (cores' worth, quota / period, as 2.5; 0: none). root and self: the cgroup
+ * mount and /proc/self/cgroup, both NULL for those (or for a made tree in $DTRAIN_CGROUP_ROOT, whose file "self"
+ * stands for /proc/self/cgroup: tests). */
+size_t dt_cgroup_memory_limit(const char *root, const char *self);
+double dt_cgroup_cpu_limit(const char *root, const char *self);
 
 /* 64-byte aligned allocation (cache line; AVX-512 friendly). */
 void *dt_alloc_aligned(size_t bytes);

@@ -74,10 +74,10 @@ int dt_comm_local_rank(const dt_comm *comm);
 int dt_comm_local_size(const dt_comm *comm);
 /* A rank's threads where --threads is not given: OMP_NUM_THREADS where the environment names a count (as OpenMP
  * programs and PyTorch take it; `dtrain launch` sets it to this share for its ranks); otherwise its share of the cores
- * it may use (its affinity mask, or Slurm's cpus-per-task), divided among the ranks on its machine where the mask is
- * the whole machine (a launcher that binds gives each rank its own), so that ranks x threads never oversubscribe by
- * default. comm NULL: one process. */
-int dt_comm_threads_share(const dt_comm *comm);
+ * it may use (dt_cpu_allowed: its affinity mask and its control group's CPU quota, or Slurm's cpus-per-task), divided
+ * among the ranks on its machine where that is all the machine gives the job (a launcher that binds gives each rank
+ * its own), so that ranks x threads never oversubscribe by default. comm NULL: one process. */
+int dt_comm_default_threads(const dt_comm *comm);
 /* OMP_NUM_THREADS's count ("4", or the first of libgomp's nested "4,2"); 0 where it names none. */
 int dt_comm_threads_asked(void);
 int dt_comm_node(const dt_comm *comm);

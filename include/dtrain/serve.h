@@ -17,7 +17,7 @@ typedef struct {
     const char *lora;                /* PEFT's adapter folder (or a LoRA run's --save DIR) merged into it; NULL: none */
     const char *host;                /* the address to listen on ("127.0.0.1") */
     int port;                        /* 0: any free port (printed) */
-    int threads;                     /* compute threads (0: OMP_NUM_THREADS, or the cores it may use, dt_comm_threads_share) */
+    int threads;                     /* compute threads (0: OMP_NUM_THREADS, or the cores it may use, dt_comm_default_threads) */
     int slots;                       /* requests decoding together */
     int budget;                      /* rows a step (prompt chunks and decode rows) */
     int queue;                       /* requests waiting for a slot at most; more get 503 */

@@ -44,8 +44,21 @@ bool dt_cpu_has(const char *flag) {
     return found;
 }
 
+/* The quota's whole cores: OpenMP's teams meet at a barrier after every parallel loop, and a thread throttled for the
+ * rest of a period holds the others there, so 2.5 cores' worth runs 2 threads, not 3 (and never fewer than 1). */
+static long quota_cores(void) {
+    double q = dt_cgroup_cpu_limit(NULL, NULL);
+    return q <= 0 ? 0 : q < 1 ? 1 : (long)q;
+}
+
+int dt_cpu_cores(void) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN), q = quota_cores();
+    if (online < 1) online = 1;
+    return (int)(q && q < online ? q : online);
+}
+
 int dt_cpu_allowed(void) {
     cpu_set_t set;
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : online > 0 ? (int)online : 1;
+    int cores = dt_cpu_cores(), mask = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : cores;
+    return mask < cores ? mask : cores;
 }

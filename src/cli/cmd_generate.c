@@ -183,7 +183,7 @@ int dt_cli_generate(int argc, char **argv) {
     if (rc || launched >= 0) return rc ? rc : launched;
     /* a pipeline's last stage has the logits; tensor-parallel ranks all do, and rank 0 prints */
     bool printer = !w || dt_comm_rank(w) == (tp ? 0 : dt_comm_size(w) - 1);
-    dt_kernels_set_threads(dt_comm_threads_share(w)); /* as training's ranks: teams of every core spin on each other's */
+    dt_kernels_set_threads(dt_comm_default_threads(w)); /* as training's ranks: teams of every core spin on each other's */
     dt_status st = gen_run(&x, w, tp, printer);
     dt_comm_destroy(w);
     if (st) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 1; }

@@ -75,7 +75,7 @@ static dt_comm *comm_new(int rank, int size, int local_rank, int local_size) {
     c->local_rank = local_rank;
     c->local_size = local_size;
     c->nodes = 1;
-    c->oversubscribed = local_size > sysconf(_SC_NPROCESSORS_ONLN);
+    c->oversubscribed = local_size > dt_cpu_allowed(); /* `dtrain launch`'s ranks share its mask and quota */
     return c;
 }
 
@@ -222,14 +222,13 @@ int dt_comm_threads_asked(void) {
     return (*end == '\0' || *end == ',') && n > 0 && n <= 4096 ? (int)n : 0;
 }
 
-int dt_comm_threads_share(const dt_comm *c) {
+int dt_comm_default_threads(const dt_comm *c) {
     int asked = dt_comm_threads_asked();
     if (asked) return asked;
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    int mine = dt_cpu_allowed();
+    int mine = dt_cpu_allowed(), all = dt_cpu_cores();
     const char *slurm = getenv("SLURM_CPUS_PER_TASK");
     if (slurm && atoi(slurm) > 0 && atoi(slurm) < mine) return atoi(slurm);
-    int sharing = c && mine >= online ? c->local_size : 1;
+    int sharing = c && mine >= all ? c->local_size : 1;
     return mine / sharing > 0 ? mine / sharing : 1;
 }
 

@@ -183,8 +183,8 @@ int dt_comm_launch(int n, char *const argv[]) {
         dt_log(DT_LOG_ERROR, "launch: -n %d is out of range (1..%d ranks on one machine)", n, DT_MAX_LOCAL);
         return 2;
     }
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (n > cores) dt_log(DT_LOG_WARN, "launch: %d ranks on %ld cores: oversubscribed, ranks will yield while waiting", n, cores);
+    int cores = dt_cpu_allowed();
+    if (n > cores) dt_log(DT_LOG_WARN, "launch: %d ranks on %d cores: oversubscribed, ranks will yield while waiting", n, cores);
     dt_segment *seg;
     if (make_world(n, &seg)) return 1;
     struct sigaction sa = { 0 };

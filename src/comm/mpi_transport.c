@@ -451,7 +451,7 @@ dt_status dt_mpi_init_world(dt_comm **out) {
     c->node = node_id;
     c->nodes = nodes;
     c->mpi = m;
-    c->oversubscribed = ls > sysconf(_SC_NPROCESSORS_ONLN);
+    c->oversubscribed = ls > dt_cpu_cores();
     if (dt_comm_alloc_tables(c)) { free(c); return dt_error(DT_ERR_NOMEM, "MPI world: out of memory"); }
     MPI_Allgather(&node_id, 1, MPI_INT, c->node_of, 1, MPI_INT, m->comm);
     int li = 0;

@@ -28,7 +28,7 @@ __attribute__((constructor)) static void serial_openmp(void) {
 #endif
 
 void dt_kernels_set_threads(int n) {
-    if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (n <= 0) n = dt_cpu_allowed();
 #ifdef DT_OMP_SERIAL
     n = 1;
 #endif

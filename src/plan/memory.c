@@ -271,46 +271,6 @@ void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {
     }
 }
 
-/* A cgroup's memory limit in FILE (v1's bytes, v2's bytes or "max"), or SIZE_MAX. */
-static size_t limit_in(const char *file) {
-    FILE *f = fopen(file, "r");
-    unsigned long long v;
-    size_t lim = f && fscanf(f, "%llu", &v) == 1 && v > 0 ? (size_t)v : SIZE_MAX;
-    if (f) fclose(f);
-    return lim;
-}
-
-/* The tightest memory limit on this process: its own cgroup's and every
- * ancestor's, under the v1 memory controller (Slurm's, older Docker's;
- * mounted at /sys/fs/cgroup/memory) or v2, where a job's limit sits on its
- * own group rather than the root. */
-static size_t cgroup_limit(void) {
-    size_t best = limit_in("/sys/fs/cgroup/memory.max"); /* a container's root (v2) */
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    char line[4096];
-    while (f && fgets(line, sizeof line, f)) {
-        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-        if (!c2) continue;
-        *c2 = 0;
-        const char *ctl = c1 + 1, *name;
-        if (!*ctl) name = "memory.max"; /* "0::/path": v2 */
-        else if (!strcmp(ctl, "memory") || strstr(ctl, "memory,") || strstr(ctl, ",memory")) name = "memory.limit_in_bytes";
-        else continue;
-        char path[4096 + 64], *rel = c2 + 1;
-        rel[strcspn(rel, "\n")] = 0;
-        for (;;) { /* the group, then each parent up to the root */
-            snprintf(path, sizeof path, "/sys/fs/cgroup%s%s/%s", *ctl ? "/memory" : "", rel, name);
-            size_t lim = limit_in(path);
-            if (lim < best) best = lim;
-            char *slash = strrchr(rel, '/');
-            if (!slash || slash == rel) break;
-            *slash = 0;
-        }
-    }
-    if (f) fclose(f);
-    return best;
-}
-
 size_t dt_plan_available_memory(void) {
     /* a debugging switch: pretend the machine has this much (tests of the refusal) */
     const char *env = getenv("DTRAIN_MEMORY_AVAILABLE");
@@ -325,7 +285,7 @@ size_t dt_plan_available_memory(void) {
     while (f && fgets(line, sizeof line, f))
         if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
     if (f) fclose(f);
-    size_t avail = kb * 1024, lim = cgroup_limit();
+    size_t avail = kb * 1024, lim = dt_cgroup_memory_limit(NULL, NULL);
     return lim < avail ? lim : avail;
 }
 

@@ -311,7 +311,7 @@ dt_status dt_plan_this_machine(dt_plan_hardware *h) {
     dt_status st = dt_peak_per_thread(&sg, &src);
     if (st) return st;
     if (dt_gemm_bf16_ready()) (void)dt_peak_bf16_per_thread(&bf, &src);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long cores = dt_cpu_cores(); /* a container's CPU quota included */
     memset(h, 0, sizeof *h);
     snprintf(h->name, sizeof h->name, "this");
     h->memory = (double)dt_plan_available_memory();

@@ -174,8 +174,7 @@ static dt_status start(dt_gym_bridge *b, worker *w, const char *python) {
 dt_status dt_gym_bridge_create(const char *id, int n, const dt_env_bridge_config *c, dt_gym_bridge **out) {
     *out = NULL;
     if (!id || !*id || strlen(id) >= 256) return dt_error(DT_ERR_ARG, "gym bridge: no environment id after 'gym:'");
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int nw = c && c->workers > 0 ? c->workers : cores > 0 ? (int)cores : 1;
+    int nw = c && c->workers > 0 ? c->workers : dt_cpu_allowed();
     if (nw > n) nw = n;
     if (n < 1) return dt_error(DT_ERR_ARG, "gym:%s: %d environments", id, n);
     dt_gym_bridge *b = calloc(1, sizeof *b);

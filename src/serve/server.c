@@ -131,7 +131,7 @@ static dt_status run(const dt_serve_options *o, dt_decoder *d, serve_vocab *v) {
 }
 
 dt_status dt_serve_run(const dt_serve_options *o) {
-    dt_kernels_set_threads(o->threads > 0 ? o->threads : dt_comm_threads_share(o->comm));
+    dt_kernels_set_threads(o->threads > 0 ? o->threads : dt_comm_default_threads(o->comm));
     dt_gpt2 *m = NULL;
     dt_decoder *d = NULL;
     dt_tp_ops ops;

@@ -325,7 +325,7 @@ static dt_status make_engine(run *r) {
  * do what 2 cores do, not 8 threads' worth). */
 static int peak_threads(const run *r) {
     int asked = r->c.threads * r->nranks;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long cores = dt_cpu_cores();
     int nodes = r->w && r->nranks > 1 ? dt_comm_nodes(r->w) : 1;
     long have = cores > 0 ? cores * nodes : asked;
     return asked < have ? asked : (int)have;

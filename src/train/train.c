@@ -332,13 +332,13 @@ static int run_rank(const dt_train_config *cfg, dt_comm *w, dt_launch_kind kind)
     if (dt_train_keep_global_batch(c0, w ? dt_comm_size(w) : 1, kind == DT_LAUNCH_MPI && dt_comm_first_voice())) return fail(2);
     if (dt_train_check_mesh(c0, w ? dt_comm_size(w) : 1, 0)) return fail(2);
     if (dt_train_is_image_model(c0->model)) {
-        dt_kernels_set_threads(c0->threads > 0 ? c0->threads : dt_comm_threads_share(w));
+        dt_kernels_set_threads(c0->threads > 0 ? c0->threads : dt_comm_default_threads(w));
         dt_train_config ic = *c0;
         if (!ic.epochs) ic.epochs = 5;
         return dt_classify_run(&ic, w);
     }
     run r = { .c = *c0, .w = w, .rank = w ? dt_comm_rank(w) : 0, .nranks = w ? dt_comm_size(w) : 1, .model_step = -1 };
-    if (r.c.threads <= 0) r.c.threads = dt_comm_threads_share(w);
+    if (r.c.threads <= 0) r.c.threads = dt_comm_default_threads(w);
     if (dt_train_observers(&r)) return fail(2);
     /* one voice; save stays: a sharded optimizer is saved by every rank (save() says who writes) */
     if (r.rank != 0) { r.c.quiet = 1; r.c.metrics = NULL; r.c.tensorboard = NULL; }
