@@ -146,11 +146,14 @@ void dt_plan_timings_fresh(bool on);
 /* bytes as the run's reports give them, in binary units: "26.5 GiB", "1.53 GiB" (a refusal near the edge must not read
  * "needs 1.5 GiB, 1.5 GiB available"), "12.3 MiB" below a gibibyte. */
 const char *dt_plan_bytes_text(double bytes, char *buf, size_t cap);
-/* A gradient codec's exchanges (job->codec): the floats a rank sends a step, *approximated the gradient elements
+/* Units [a[k], b[k]) for k < n: a pipeline stage's chunks; n 0 (or NULL where one is taken): the whole model. */
+typedef struct { int n, a[DT_GPT2_MAX_CHUNKS], b[DT_GPT2_MAX_CHUNKS]; } dt_plan_units;
+/* A gradient codec's exchanges (job->codec) on the rank of a stage holding units on (NULL: the whole model; a stage's
+ * data-parallel group compresses its own tensors): the floats a rank sends a step, *approximated the gradient elements
  * PowerSGD's GEMMs cover (0 for top-k), *state the floats of state it keeps on every rank (residuals, Qs, velocities;
- * ZeRO's ranks too), *work the bytes of its buckets' buffers (dt_codec_work_bytes_for); 0 without a codec. Any out
- * may be NULL. */
-double dt_plan_codec_floats(const dt_plan_job *j, double *approximated, double *state, double *work);
+ * ZeRO's ranks too), *work the bytes of its buckets' buffers (dt_codec_work_bytes_for, the whole model's: a stage's
+ * are at most those); 0 without a codec. Any out may be NULL. */
+double dt_plan_codec_floats(const dt_plan_job *j, const dt_plan_units *on, double *approximated, double *state, double *work);
 /* The run's gradient buckets over the job's whole model (dt_ddp_bucket_lens: a codec's layout where coded, else dense
  * DDP's), in backward's order: each one's share of the gradient's entries and the share of backward's Linear work done
  * when it closes (its last unit's backward run); how many (at most cap), 0 if the table could not be made. */

@@ -2,7 +2,9 @@
  * residuals, error feedback, then DGC's velocities or 1-bit Adam's momentum, then 1-bit Adam's server errors, each in
  * the table's order), then the Qs (the same on every rank). Saved once a step was compressed;
  * resumed by a run of the same codec, rank and ranks, bit for bit (DeepSpeed resets its error buffers on load). Another
- * codec or rank count starts its state afresh, said. The manifest's "codec" section says what the file holds. */
+ * codec or rank count starts its state afresh, said. The manifest's "codec" section says what the file holds. Under a
+ * pipeline each stage's data-parallel group keeps a state of its own size, which this one file does not hold yet: not
+ * saved there (said once), so a resumed pipeline starts it afresh. */
 #include "dtrain/train.h"
 #include "checkpoint_internal.h"
 #include "dtrain/io.h"
@@ -36,6 +38,14 @@ dt_status dt_checkpoint_codec_gather(dt_engine *e, dt_comm *w, dt_checkpoint_mod
     cm->codec_floats = cm->codec_shared = 0;
     cm->codec_ranks = w ? dt_comm_size(w) : 1;
     if (!k || !dt_codec_has_state(k)) return DT_OK;
+    static bool said;
+    if (dt_engine_get_config(e)->schedule) {
+        if (!said && (!w || dt_comm_rank(w) == 0))
+            dt_log(DT_LOG_WARN, "checkpoint: --compress %s's state is not saved under --pp yet (each stage's is its own): a resume "
+                   "starts its residuals afresh", dt_codec_name(dt_codec_get_config(k)->kind));
+        said = true;
+        return DT_OK;
+    }
     size_t R = own_size(k), Q = dt_codec_state_size(k, DT_CODEC_Q), S = dt_codec_shared_size(k), p = (size_t)cm->codec_ranks;
     bool root = !w || dt_comm_rank(w) == 0;
     float *mine = malloc((R ? R : 1) * sizeof *mine), *all = root ? malloc((p * R + Q + S + 1) * sizeof *all) : NULL;

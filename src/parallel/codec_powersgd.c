@@ -100,12 +100,14 @@ static dt_status setup(dt_codec *k, psgd *s, dt_comm *comm, int b, const int *id
     return st;
 }
 
-/* Tensor e's Q: last step's, or (none yet) drawn from the seed's normals, the same on every rank. */
+/* Tensor e's Q: last step's, or (none yet) drawn from the seed's normals, the same on every rank; seeded by the tensor's
+ * place in the whole model (goffset), not its index in this rank's table, so that a pipeline stage's tensors draw what
+ * one process's do (DP x PP = DP). */
 static float *q_of(dt_codec *k, const entry *e) {
     int fresh = !dt_codec_state_held(k, e->t, DT_CODEC_Q);
     size_t nq;
     float *q = dt_codec_state(k, e->t, DT_CODEC_Q, &nq);
-    uint64_t seed = k->c.seed ^ ((uint64_t)(e->t + 1) * 0x9e3779b97f4a7c15ull);
+    uint64_t seed = k->c.seed ^ ((uint64_t)(k->t[e->t].goffset + 1) * 0x9e3779b97f4a7c15ull);
     for (size_t j = 0; q && fresh && j < nq; j++) q[j] = dt_rng_normal_at(seed, j);
     return q;
 }

@@ -79,7 +79,7 @@ static void model_states(const dt_plan_job *j, double psi, double psi_sh, double
 /* One rank holding psi parameters and acts bytes of activations; stage_bufs of its pipeline stage's own buffers, and
  * runtime bytes of process. */
 static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, double tied, double f32_only, const double unit_lp[2],
-                          double adapters, double acts, double stage_bufs, double runtime, dt_plan_memory *m) {
+                          double adapters, double acts, double stage_bufs, double runtime, const dt_plan_units *on, dt_plan_memory *m) {
     double n = j->dp > 0 ? j->dp : 1, f = 4;
     memset(m, 0, sizeof *m);
     model_states(j, psi, psi_sh, tied, f32_only, unit_lp, adapters, m);
@@ -153,10 +153,10 @@ static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, doubl
         m->comm += f * (double)(j->cp_ulysses ? dt_ulysses_work_floats(&cc) : dt_ring_work_floats(&cc));
     }
     m->comm += stage_bufs;
-    /* a codec's state: a whole model's residuals (and more) on every rank, whatever the stage; and its buckets' buffers */
+    /* a codec's state: the stage's residuals (and more) on every rank; and its buckets' buffers */
     if (n > 1 && j->codec.kind != DT_CODEC_NONE) {
         double state, work;
-        dt_plan_codec_floats(j, NULL, &state, &work);
+        dt_plan_codec_floats(j, on, NULL, &state, &work);
         m->comm += 4 * state + work;
     }
     m->acts = acts;
@@ -249,8 +249,10 @@ static void stage_memory(const dt_plan_job *j, int s, int p, int v, const int *f
         adapters = lora_of_stage(j, s, p, v, a, b, &acts);
         wte = 0; /* the tied table is frozen: nothing travels between the first and last stage */
     }
+    dt_plan_units on = { p > 1 ? v : 0, { 0 }, { 0 } };
+    for (int k = 0; k < on.n; k++) on.a[k] = a[k], on.b[k] = b[k];
     estimate_rank(j, sp.psi, sp.psi + (j->ep > 1 ? j->ep - 1 : 0) * sp.experts, sp.tied, f32_only, sp.unit_lp, (double)adapters, acts, wte,
-                  process, one);
+                  process, &on, one);
 }
 
 void dt_plan_memory_estimate(const dt_plan_job *job, dt_plan_memory *m) {

@@ -8,6 +8,7 @@
 #include "dtrain/program.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -251,7 +252,14 @@ int dt_plan_buckets(const dt_plan_job *j, bool coded, double *share, double *rea
  * bit for each of the rank's chunk's entries into the allgather, a scale for each piece of a tensor in a chunk. And the
  * floats of state it keeps on every rank (dt_codec_state_bytes): a residual an entry, PowerSGD's Qs, DGC's velocity,
  * 1-bit Adam's momentum and server error; and its buffers' bytes, the codec's own count for the model as one bucket. */
-double dt_plan_codec_floats(const dt_plan_job *j, double *approximated, double *state, double *work) {
+/* Whether units on hold tensor t (the tied head's copy on a last stage is not in the table: the first stage's wte). */
+static bool holds(const dt_plan_units *on, const dt_tensor_info *t) {
+    for (int k = 0; on && k < on->n; k++)
+        if (t->unit >= on->a[k] && t->unit < on->b[k]) return true;
+    return !on || on->n == 0;
+}
+
+double dt_plan_codec_floats(const dt_plan_job *j, const dt_plan_units *on, double *approximated, double *state, double *work) {
     double approx_here = 0, state_here = 0, work_here = 0; /* where the caller asks for none */
     if (!approximated) approximated = &approx_here;
     if (!state) state = &state_here;
@@ -259,9 +267,15 @@ double dt_plan_codec_floats(const dt_plan_job *j, double *approximated, double *
     *approximated = *state = *work = 0;
     const dt_codec_config *k = &j->codec;
     if (k->kind == DT_CODEC_NONE) return 0;
-    dt_model m;
-    dt_program *p = dt_plan_model_table(j, &m);
-    if (!p) return 0;
+    dt_model whole;
+    dt_program *p = dt_plan_model_table(j, &whole);
+    dt_tensor_info *mine = p ? malloc((size_t)whole.ntensors * sizeof *mine) : NULL;
+    if (!mine) { dt_program_destroy(p); return 0; }
+    /* the stage's tensors (each stage's in one run of the store), as its own table has them */
+    dt_model m = whole;
+    m.tensors = mine, m.ntensors = 0;
+    for (int i = 0; i < whole.ntensors; i++)
+        if (holds(on, &whole.tensors[i])) mine[m.ntensors++] = whole.tensors[i];
     /* the run's buckets (its first, then --bucket-mb; more than 256 counted as one) */
     size_t lens[256];
     int nb = run_buckets(j, &m, true, lens, NULL, 256);
@@ -289,6 +303,7 @@ double dt_plan_codec_floats(const dt_plan_job *j, double *approximated, double *
         *state += c + (gain ? mm * r : 0);
         if (gain) *approximated += c;
     }
+    free(mine);
     dt_program_destroy(p);
     return sent;
 }

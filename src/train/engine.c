@@ -467,23 +467,32 @@ static dt_status zeroone_begin(dt_engine *e, float lr) {
     return dt_optim_zeroone(e->opt, z.local ? DT_ZO_LOCAL : z.variance ? DT_ZO_VARIANCE : DT_ZO_MOMENTUM, lr);
 }
 
-/* A local interval's end: the ranks' accumulations averaged, every rank's weights and momentum made one. What it
- * sent in *s (nothing where no local step is pending). */
-static dt_status zeroone_end(dt_engine *e, dt_codec_stats *s) {
+/* The schedule's hook once the weights changed (a pipeline's tied copy made the owner's again). */
+static dt_status schedule_after_update(dt_engine *e) {
+    const dt_step_control control = { control_begin, control_sharded, control_materialize, e };
+    return e->cfg.schedule && e->cfg.schedule->after_update ? e->cfg.schedule->after_update(e->cfg.schedule->ctx, &control) : DT_OK;
+}
+
+/* A local interval's end: the ranks' accumulations averaged, every rank's weights and momentum made one (under a
+ * pipeline the last stage's tied copy too, after the owner's). What it sent in *s (nothing where no local step is
+ * pending); *synced whether it ran. */
+static dt_status zeroone_end(dt_engine *e, dt_codec_stats *s, bool *synced) {
     dt_codec *k = zeroone_codec(e);
     float *u = k ? dt_optim_zeroone_accum(e->opt) : NULL;
+    *synced = u != NULL;
     if (!u) return DT_OK;
     DT_TRACE_BEGIN(DT_TRACK_COMPUTE, "0/1 Adam sync", "\"parameters\":%zu", e->n);
     dt_status st = dt_codec_zeroone_sync(k, u, s);
     if (!st) dt_optim_zeroone_end(e->opt, e->cfg.model.params(e->cfg.model.self) + e->off);
     DT_TRACE_END(DT_TRACK_COMPUTE);
     params_changed(e);
-    return st;
+    return st ? st : schedule_after_update(e);
 }
 
 dt_status dt_engine_sync_replicas(dt_engine *e) {
     dt_codec_stats s = { 0, 0, 0, 0 };
-    return zeroone_end(e, &s);
+    bool synced;
+    return zeroone_end(e, &s, &synced);
 }
 
 /* The step's forward and backward: the schedule's (a pipeline), or the micro-batches in turn, only the last
@@ -565,14 +574,15 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
         DT_TRACE_END(DT_TRACK_COMPUTE);
         if (raw) r->norm = norm; /* the gradients', not the directions' */
     }
-    if (!st && !r->skipped && !skip && e->cfg.schedule && e->cfg.schedule->after_update) st = e->cfg.schedule->after_update(e->cfg.schedule->ctx, &control);
+    bool synced = false;
     if (!st && e->zo_sync) { /* the step sent nothing but this, and waits for it whole */
         dt_codec_stats s = { 0, 0, 0, 0 };
         double t1 = dt_time_now();
-        st = zeroone_end(e, &s);
+        st = zeroone_end(e, &s, &synced);
         r->exposed_ms += (dt_time_now() - t1) * 1e3;
         r->grad_bytes = s.bytes, r->compress_ratio = s.after ? (double)s.before / (double)s.after : 0;
     }
+    if (!st && !synced && !r->skipped && !skip) st = schedule_after_update(e);
     params_changed(e); /* for an evaluation before the next step */
     r->update_ms = (dt_time_now() - t0) * 1e3 - (r->exposed_ms - r->exposed_in_backward_ms);
     return st;

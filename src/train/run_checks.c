@@ -45,11 +45,12 @@ static dt_status check_grad_store(dt_train_config *c, int nranks) {
     return DT_OK;
 }
 
-/* --compress: data parallelism's (and ZeRO's) f32 gradients only; its seed from the run's. */
+/* --compress: data parallelism's (and ZeRO's) f32 gradients of whole tensors only (a pipeline stage's are: each stage's
+ * data-parallel group compresses its own); its seed from the run's. */
 static dt_status check_codec(dt_train_config *c, int nranks) {
     if (c->codec.kind == DT_CODEC_NONE) return DT_OK;
     const char *k = dt_codec_name(c->codec.kind);
-    const char *other = c->tp > 1 ? "--tp" : c->pp > 1 ? "--pp" : c->cp > 1 ? "--cp" : c->ep > 1 ? "--ep" : c->grad_comm != DT_F32 ? "--grad-comm"
+    const char *other = c->tp > 1 ? "--tp" : c->cp > 1 ? "--cp" : c->ep > 1 ? "--ep" : c->grad_comm != DT_F32 ? "--grad-comm"
                       : c->grad_store != DT_F32 ? "--grad-store" : NULL;
     if (other)
         return dt_error(DT_ERR_ARG, "--compress %s with %s: a codec compresses data parallelism's (and ZeRO's) whole-model f32 gradients "
