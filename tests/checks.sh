@@ -20,6 +20,18 @@ flip() { # FILE OFFSET [N]
         printf "\\$(printf '%03o' $((b ^ 255)))" | dd of="$f" bs=1 seek=$((at + i)) conv=notrunc 2> /dev/null
     done
 }
+# The DOM of the page FILE after its scripts ran, by headless BROWSER, into OUT (its messages in OUT.err); exits as
+# chromium did, 124 past 120 s. Into a file, not a pipe: a helper chromium leaves behind keeps a pipe's write end
+# open, and $(...) would wait on it with no limit (crashpad's handler runs in a session of its own, which timeout's
+# signal to its process group does not reach); those left are ended here by the profile folder their arguments name.
+render_dom() { # BROWSER FILE OUT
+    local profile=$dir/browser-profile rc
+    HOME="$dir" timeout -k 5 120 "$1" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --user-data-dir="$profile" \
+        --virtual-time-budget=10000 --dump-dom "file://$2" > "$3" 2> "$3.err" < /dev/null
+    rc=$?
+    pkill -KILL -f -- "$profile" 2> /dev/null
+    return $rc
+}
 # FIELD's values in a metrics file, one a line.
 field() { grep -o "\"$1\":[0-9.e+-]*" "$2" | cut -d: -f2; }
 # The worst relative difference of FIELD between two metrics files, or "missing" unless each has N of them (20).

@@ -240,8 +240,8 @@ browser=$(command -v chromium || command -v chromium-browser || command -v googl
 if [ "$got" != ok ]; then fail "--report on the device: run.json's $got"
 elif [ -z "$browser" ]; then fail "no headless browser: install Debian's chromium (make test does: scripts/install-deps.sh chromium)"
 else
-    dom=$(HOME="$dir" timeout 120 "$browser" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --virtual-time-budget=10000 \
-        --dump-dom "file://$dir/rep/report.html" 2> /dev/null)
+    render_dom "$browser" "$dir/rep/report.html" "$dir/dom.html"
+    dom=$(cat "$dir/dom.html")
     echo "$dom" | grep -q '<span id="render-status"[^>]*>ok</span>' && echo "$dom" | grep -q '<pre id="errors"></pre>' &&
         echo "$dom" | grep -q "<th>GPU</th><td>the host (CPU kernels in the GPU's place) (cuda:0): 0.00 of 1024.00 GiB in use" &&
         ok "--report --device cuda: run.json names the GPU, the page's Run card says it and renders without errors" ||

@@ -107,15 +107,15 @@ browser=$(command -v chromium || command -v chromium-browser || command -v googl
 if [ -z "$browser" ]; then
     fail "no headless browser: install Debian's chromium (make test does: scripts/install-deps.sh chromium)"
 else
-    render() { # the DOM after the page's scripts ran
-        HOME="$dir" timeout 120 "$browser" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --virtual-time-budget=10000 \
-            --dump-dom "file://$1" 2> "$dir/browser.err"
+    render() { # the DOM after the page's scripts ran (its messages in $dir/dom.html.err)
+        render_dom "$browser" "$1" "$dir/dom.html"
+        cat "$dir/dom.html"
     }
     dom=$(render "$run/report.html")
     status=$(echo "$dom" | grep -o '<span id="render-status"[^>]*>[^<]*</span>')
     errs=$(echo "$dom" | grep -o '<pre id="errors">[^<]*</pre>')
     if echo "$status" | grep -q '>ok</span>' && [ "$errs" = '<pre id="errors"></pre>' ]; then ok "the report renders without errors"
-    else fail "the report: status '$status', errors '$errs', browser: $(grep -i -m3 'console\|error' "$dir/browser.err")"; fi
+    else fail "the report: status '$status', errors '$errs', browser: $(grep -i -m3 'console\|error' "$dir/dom.html.err")"; fi
     charts=$(echo "$status" | grep -o 'data-charts="[^"]*"' | sed 's/&quot;/"/g')
     # 10 steps, validation at 5 and 10: each chart's points, exactly; the timeline's at least one per traced unit
     for want in chart-loss:12 chart-lr:20 chart-throughput:20 chart-phases:50 chart-memory:12 table-rank-times:2 chart-timeline:24; do
