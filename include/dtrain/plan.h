@@ -148,11 +148,14 @@ void dt_plan_timings_fresh(bool on);
 const char *dt_plan_bytes_text(double bytes, char *buf, size_t cap);
 /* Units [a[k], b[k]) for k < n: a pipeline stage's chunks; n 0 (or NULL where one is taken): the whole model. */
 typedef struct { int n, a[DT_GPT2_MAX_CHUNKS], b[DT_GPT2_MAX_CHUNKS]; } dt_plan_units;
+/* Stage s's chunks of a pipeline of p stages, v chunks each, whose chunk i begins at unit first[i] (first[p v]: the
+ * end); p 1: the whole model (n 0). */
+dt_plan_units dt_plan_stage_units(const int *first, int p, int v, int s);
 /* A gradient codec's exchanges (job->codec) on the rank of a stage holding units on (NULL: the whole model; a stage's
  * data-parallel group compresses its own tensors): the floats a rank sends a step, *approximated the gradient elements
  * PowerSGD's GEMMs cover (0 for top-k), *state the floats of state it keeps on every rank (residuals, Qs, velocities;
- * ZeRO's ranks too), *work the bytes of its buckets' buffers (dt_codec_work_bytes_for, the whole model's: a stage's
- * are at most those); 0 without a codec. Any out may be NULL. */
+ * ZeRO's ranks too), *work the bytes of its buckets' buffers (dt_codec_work_bytes_for over the stage's tensors and
+ * buckets); 0 without a codec. Any out may be NULL. */
 double dt_plan_codec_floats(const dt_plan_job *j, const dt_plan_units *on, double *approximated, double *state, double *work);
 /* The run's gradient buckets over the job's whole model (dt_ddp_bucket_lens: a codec's layout where coded, else dense
  * DDP's), in backward's order: each one's share of the gradient's entries and the share of backward's Linear work done

@@ -249,8 +249,7 @@ static void stage_memory(const dt_plan_job *j, int s, int p, int v, const int *f
         adapters = lora_of_stage(j, s, p, v, a, b, &acts);
         wte = 0; /* the tied table is frozen: nothing travels between the first and last stage */
     }
-    dt_plan_units on = { p > 1 ? v : 0, { 0 }, { 0 } };
-    for (int k = 0; k < on.n; k++) on.a[k] = a[k], on.b[k] = b[k];
+    dt_plan_units on = dt_plan_stage_units(first, p, v, s);
     estimate_rank(j, sp.psi, sp.psi + (j->ep > 1 ? j->ep - 1 : 0) * sp.experts, sp.tied, f32_only, sp.unit_lp, (double)adapters, acts, wte,
                   process, &on, one);
 }

@@ -252,6 +252,12 @@ int dt_plan_buckets(const dt_plan_job *j, bool coded, double *share, double *rea
  * bit for each of the rank's chunk's entries into the allgather, a scale for each piece of a tensor in a chunk. And the
  * floats of state it keeps on every rank (dt_codec_state_bytes): a residual an entry, PowerSGD's Qs, DGC's velocity,
  * 1-bit Adam's momentum and server error; and its buffers' bytes, the codec's own count for the model as one bucket. */
+dt_plan_units dt_plan_stage_units(const int *first, int p, int v, int s) {
+    dt_plan_units on = { p > 1 ? v : 0, { 0 }, { 0 } };
+    for (int k = 0; k < on.n; k++) on.a[k] = first[k * p + s], on.b[k] = first[k * p + s + 1];
+    return on;
+}
+
 /* Whether units on hold tensor t (the tied head's copy on a last stage is not in the table: the first stage's wte). */
 static bool holds(const dt_plan_units *on, const dt_tensor_info *t) {
     for (int k = 0; on && k < on->n; k++)

@@ -149,6 +149,7 @@ typedef struct {
     double psi, pexp, tall, tworst; /* the slowest stage's parameters (of them experts); all stages' compute, the slowest's */
     stage_cost worst;
     dt_plan_units on; /* the units of the stage whose codec sends the most (n 0: one stage) */
+    double codec_sent, codec_approx; /* its codec's floats sent a step and gradient elements approximated (0: none) */
 } step_ctx;
 
 /* The rates: the threads, their slowdowns beside the other ranks, the Linears', the experts', the head's and attention's. */
@@ -211,17 +212,14 @@ static step_rates rates(step_ctx *x, dt_plan_time *o) {
 }
 
 /* The stage whose data-parallel group's codec sends the most a step (each stage's group compresses its own tensors, at
- * once): its units in x->on. */
+ * once; one stage: the whole model): its units and its codec's figures in x. */
 static void codec_stage(step_ctx *x) {
     const dt_plan_job *j = x->j;
-    int p = x->p, v = x->v;
-    double most = -1;
-    x->on.n = 0;
-    for (int s = 0; p > 1 && j->codec.kind != DT_CODEC_NONE && s < p; s++) {
-        dt_plan_units on = { v, { 0 }, { 0 } };
-        for (int k = 0; k < v; k++) on.a[k] = x->first[k * p + s], on.b[k] = x->first[k * p + s + 1];
-        double sent = dt_plan_codec_floats(j, &on, NULL, NULL, NULL);
-        if (sent > most) most = sent, x->on = on;
+    x->on.n = 0, x->codec_sent = x->codec_approx = 0;
+    for (int s = 0; j->codec.kind != DT_CODEC_NONE && x->n > 1 && s < x->p; s++) {
+        dt_plan_units on = dt_plan_stage_units(x->first, x->p, x->v, s);
+        double approx, sent = dt_plan_codec_floats(j, &on, &approx, NULL, NULL);
+        if (s == 0 || sent > x->codec_sent) x->codec_sent = sent, x->codec_approx = approx, x->on = on;
     }
 }
 
@@ -377,7 +375,7 @@ static void dp_terms(const step_ctx *x, dt_plan_time *o) {
     /* gradients travel in 16 bits with --grad-comm, and with a 16-bit store (the wire is its type) */
     int wire16 = dt_plan_lp_wire(j);
     double da = dp_nodes ? xa : ia, db = dp_nodes ? xb : ib, gb = wire16 ? 2 : 4;
-    double gathers = 0, approx = 0, sent = j->codec.kind != DT_CODEC_NONE && n > 1 ? dt_plan_codec_floats(j, &x->on, &approx, NULL, NULL) : 0;
+    double gathers = 0, approx = x->codec_approx, sent = x->codec_sent;
     o->codec_bytes = n > 1 ? psi * gb : 0;
     /* the run's buckets where the rank holds the whole model's gradients as the table lays them out, else equal ones */
     double *share = o->bucket_share, *ready = o->bucket_ready;
