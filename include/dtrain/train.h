@@ -192,8 +192,8 @@ typedef struct {
     float *buffers;
     size_t nbuffers;
     const dt_lora_config *lora; /* the model is LoRA's adapters on a frozen base (NULL: the whole model trains) */
-    /* A gradient codec's state to save (codec.f32, dt_checkpoint_codec_gather: rank 0's copy of every rank's; NULL, 0:
-     * none), the last codec_shared of them the per-bucket state every rank shares (Ok-TopK's), and the ranks it came from */
+    /* A gradient codec's state to save (codec.f32, dt_checkpoint_codec_gather: rank 0's copy of every rank's, a pipeline
+     * stage's first rank its stage's; NULL, 0: none), the last codec_shared of them the per-bucket state every rank shares (Ok-TopK's), and the ranks it came from */
     float *codec_state;
     size_t codec_floats, codec_shared;
     int codec_ranks;
@@ -222,9 +222,10 @@ dt_status dt_checkpoint_save(const char *dir, dt_comm *w, const dt_train_config 
 /* Collective over w (the data-parallel ranks; NULL: one): the engine's codec state, every rank's, into rank 0's
  * cm->codec_state (malloc'd: the caller frees it) where a step was compressed (else none). */
 dt_status dt_checkpoint_codec_gather(dt_engine *e, dt_comm *w, dt_checkpoint_model *cm);
-/* Collective over w: the codec's state from step folder sub (rank 0 reads it) where this run's codec, rank and
- * ranks are the saved ones (else it starts afresh, said); the codec's step count set to step. */
-dt_status dt_checkpoint_codec_resume(const char *sub, dt_comm *w, dt_engine *e, int step);
+/* Collective over w (a stage's data-parallel ranks): the codec's state from step folder sub (rank 0 reads it; cm: the
+ * stage's) where this run's codec, rank, ranks and stages are the saved ones (else it starts afresh, said); the codec's
+ * step count set to step. */
+dt_status dt_checkpoint_codec_resume(const char *sub, dt_comm *w, dt_engine *e, int step, const dt_checkpoint_model *cm);
 /* Collective over w (the data-parallel ranks; NULL: one): the state units of the engine's preconditioner and
  * optimizer (optim.h) into rank 0's cm->units (their data malloc'd: dt_checkpoint_release frees them). */
 dt_status dt_checkpoint_units_gather(dt_engine *e, dt_comm *w, dt_checkpoint_model *cm);

@@ -3,8 +3,8 @@
  * the table's order), then the Qs (the same on every rank). Saved once a step was compressed;
  * resumed by a run of the same codec, rank and ranks, bit for bit (DeepSpeed resets its error buffers on load). Another
  * codec or rank count starts its state afresh, said. The manifest's "codec" section says what the file holds. Under a
- * pipeline each stage's data-parallel group keeps a state of its own size, which this one file does not hold yet: not
- * saved there (said once), so a resumed pipeline starts it afresh. */
+ * pipeline each stage's data-parallel group compresses its own tensors: its first rank writes codec-stageSofP.f32, the
+ * section's "pieces" say each one's size, and only the same stages (and chunks) resume it. */
 #include "dtrain/train.h"
 #include "checkpoint_internal.h"
 #include "dtrain/io.h"
@@ -38,14 +38,6 @@ dt_status dt_checkpoint_codec_gather(dt_engine *e, dt_comm *w, dt_checkpoint_mod
     cm->codec_floats = cm->codec_shared = 0;
     cm->codec_ranks = w ? dt_comm_size(w) : 1;
     if (!k || !dt_codec_has_state(k)) return DT_OK;
-    static bool said;
-    if (dt_engine_get_config(e)->schedule) {
-        if (!said && (!w || dt_comm_rank(w) == 0))
-            dt_log(DT_LOG_WARN, "checkpoint: --compress %s's state is not saved under --pp yet (each stage's is its own): a resume "
-                   "starts its residuals afresh", dt_codec_name(dt_codec_get_config(k)->kind));
-        said = true;
-        return DT_OK;
-    }
     size_t R = own_size(k), Q = dt_codec_state_size(k, DT_CODEC_Q), S = dt_codec_shared_size(k), p = (size_t)cm->codec_ranks;
     bool root = !w || dt_comm_rank(w) == 0;
     float *mine = malloc((R ? R : 1) * sizeof *mine), *all = root ? malloc((p * R + Q + S + 1) * sizeof *all) : NULL;
@@ -64,9 +56,30 @@ dt_status dt_checkpoint_codec_gather(dt_engine *e, dt_comm *w, dt_checkpoint_mod
     return DT_OK;
 }
 
-void dt_ckpt_codec_manifest(cJSON *j, const dt_checkpoint_model *cm, const dt_train_config *c) {
-    if (!cm->codec_floats) return;
-    cJSON *x = cJSON_AddObjectToObject(j, "codec");
+/* The file a stage's state is in: codec.f32, or a pipeline stage's own. */
+static void file_of(int stage, int stages, char out[48]) {
+    if (stages > 1) snprintf(out, 48, "codec-stage%dof%d.f32", stage, stages);
+    else snprintf(out, 48, "codec.f32");
+}
+
+dt_status dt_ckpt_codec_collect(dt_comm *w, const dt_checkpoint_model *cm, dt_ckpt_codec_meta **out, int *n) {
+    int p = w ? dt_comm_size(w) : 1;
+    uint64_t mine[5] = { cm->codec_floats > 0, (uint64_t)(cm->stages > 1 ? cm->stage : 0), cm->codec_floats, cm->codec_shared, 0 };
+    if (mine[0]) mine[4] = dt_hash_words(DT_HASH_INIT, cm->codec_state, cm->codec_floats);
+    uint64_t *all = calloc(5 * (size_t)p, sizeof *all);
+    *out = calloc((size_t)p + 1, sizeof **out), *n = 0;
+    dt_status st = all && *out ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
+    if (!st) st = w ? dt_comm_allgather(w, mine, all, 5, DT_I64) : (memcpy(all, mine, sizeof mine), DT_OK);
+    for (int r = 0; r < p && !st; r++) /* in rank order: the stages' first ranks are in stage order */
+        if (all[5 * r]) (*out)[(*n)++] = (dt_ckpt_codec_meta){ (int)all[5 * r + 1], all[5 * r + 2], all[5 * r + 3], all[5 * r + 4] };
+    free(all);
+    if (st) free(*out), *out = NULL, *n = 0;
+    return st;
+}
+
+void dt_ckpt_codec_manifest(cJSON *j, const dt_checkpoint_model *cm, const dt_ckpt_codec_meta *pc, int n, const dt_train_config *c) {
+    if (!n) return;
+    cJSON *x = cJSON_AddObjectToObject(j, "codec"), *files = cJSON_GetObjectItemCaseSensitive(j, "files");
     cJSON_AddStringToObject(x, "kind", dt_codec_name(c->codec.kind));
     cJSON_AddNumberToObject(x, "rank", c->codec.rank);
     cJSON_AddNumberToObject(x, "start", c->codec.start);
@@ -74,27 +87,83 @@ void dt_ckpt_codec_manifest(cJSON *j, const dt_checkpoint_model *cm, const dt_tr
     cJSON_AddNumberToObject(x, "density", dt_f32_decimal(c->codec.density));
     cJSON_AddNumberToObject(x, "warmup", c->codec.warmup);
     cJSON_AddNumberToObject(x, "ranks", cm->codec_ranks);
-    cJSON_AddNumberToObject(x, "floats", (double)cm->codec_floats);
-    if (cm->codec_shared) cJSON_AddNumberToObject(x, "shared", (double)cm->codec_shared);
-    cJSON *f = cJSON_AddObjectToObject(cJSON_GetObjectItemCaseSensitive(j, "files"), "codec.f32");
-    char h[24];
-    snprintf(h, sizeof h, "%016llx", (unsigned long long)dt_hash_words(DT_HASH_INIT, cm->codec_state, cm->codec_floats));
-    cJSON_AddNumberToObject(f, "bytes", (double)(cm->codec_floats * sizeof(float)));
-    cJSON_AddStringToObject(f, "fnv1a64", h);
+    cJSON *arr = NULL;
+    if (cm->stages > 1) {
+        cJSON_AddNumberToObject(x, "stages", cm->stages);
+        cJSON_AddNumberToObject(x, "chunks", cm->chunks > 1 ? cm->chunks : 1);
+        arr = cJSON_AddArrayToObject(x, "pieces");
+    }
+    for (int i = 0; i < n; i++) {
+        cJSON *at = x;
+        if (arr) {
+            at = cJSON_CreateObject();
+            cJSON_AddNumberToObject(at, "stage", pc[i].stage);
+            cJSON_AddItemToArray(arr, at);
+        }
+        cJSON_AddNumberToObject(at, "floats", (double)pc[i].floats);
+        if (pc[i].shared) cJSON_AddNumberToObject(at, "shared", (double)pc[i].shared);
+        char h[24], file[48];
+        file_of(pc[i].stage, cm->stages, file);
+        cJSON *f = cJSON_AddObjectToObject(files, file);
+        snprintf(h, sizeof h, "%016llx", (unsigned long long)pc[i].hash);
+        cJSON_AddNumberToObject(f, "bytes", (double)(pc[i].floats * sizeof(float)));
+        cJSON_AddStringToObject(f, "fnv1a64", h);
+    }
 }
 
 dt_status dt_ckpt_codec_write(const char *tmp, const dt_checkpoint_model *cm) {
     if (!cm->codec_floats) return DT_OK;
-    char path[4200];
-    snprintf(path, sizeof path, "%s/codec.f32", tmp);
+    char path[4200], file[48];
+    file_of(cm->stage, cm->stages, file);
+    snprintf(path, sizeof path, "%s/%s", tmp, file);
     size_t bytes = cm->codec_floats * sizeof(float);
     const void *p[1] = { cm->codec_state };
     return dt_file_write_atomic(path, p, &bytes, 1);
 }
 
-/* Rank 0: step folder sub's codec.f32 into *out where this run's codec can take it (NULL: nothing to resume, said). */
-static dt_status read_state(const char *sub, const dt_codec *k, int ranks, float **out, size_t *n, size_t *shared) {
-    char sdir[4400], mpath[4500];
+dt_status dt_ckpt_codec_verify(const char *dir, const cJSON *j, char *listed, size_t cap) {
+    const cJSON *f;
+    cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(j, "files")) {
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(f, "bytes");
+        int g, q, end = 0;
+        bool ours = !strcmp(f->string, "codec.f32") || (sscanf(f->string, "codec-stage%dof%d.f32%n", &g, &q, &end) == 2 && !f->string[end]);
+        if (!ours || !cJSON_IsNumber(b)) continue;
+        dt_status st = dt_ckpt_verify_file(dir, j, f->string, 1, (size_t)(b->valuedouble / sizeof(float)), NULL);
+        if (st) return st;
+        size_t at = strlen(listed);
+        snprintf(listed + at, cap - at, ", %s", f->string);
+    }
+    return DT_OK;
+}
+
+/* This stage's piece of the manifest's codec section x (the section itself without a pipeline) into *out, NULL where the
+ * saved stages are not this run's (said by the first stage). */
+static dt_status piece_of(const cJSON *x, const char *mpath, const dt_checkpoint_model *cm, const cJSON **out) {
+    double stages = 1, chunks = 1;
+    dt_status st = cJSON_GetObjectItemCaseSensitive(x, "stages") ? dt_ckpt_count(x, NULL, "stages", mpath, 1e6, &stages) : DT_OK;
+    if (!st && cJSON_GetObjectItemCaseSensitive(x, "chunks")) st = dt_ckpt_count(x, NULL, "chunks", mpath, 1e6, &chunks);
+    if (st) return st;
+    int want = cm->stages > 1 ? cm->stages : 1, wchunks = cm->chunks > 1 ? cm->chunks : 1, stage = want > 1 ? cm->stage : 0;
+    const cJSON *e = x;
+    if (stages > 1) {
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(x, "pieces")) {
+            const cJSON *g = cJSON_GetObjectItemCaseSensitive(e, "stage");
+            if (cJSON_IsNumber(g) && g->valuedouble == stage) break;
+        }
+    }
+    *out = stages == want && chunks == wchunks ? e : NULL;
+    if (!*out && (stage == 0 || stages == want))
+        dt_log(DT_LOG_WARN, "%s: the codec's state was saved by %.0f pipeline stage%s of %.0f chunk%s%s; this run's stage %d of %d: its "
+               "state starts afresh", mpath, stages, stages == 1 ? "" : "s", chunks, chunks == 1 ? "" : "s", e ? "" : " without this stage's",
+               stage, want);
+    return DT_OK;
+}
+
+/* Rank 0 of the stage's data-parallel ranks: step folder sub's state of this stage into *out where this run's codec can
+ * take it (NULL: nothing to resume, said). */
+static dt_status read_state(const char *sub, const dt_codec *k, int ranks, const dt_checkpoint_model *cm, float **out, size_t *n,
+                            size_t *shared) {
+    char sdir[4400], mpath[4500], file[48];
     cJSON *j;
     *out = NULL;
     dt_status st = dt_ckpt_open_latest(sub, sdir, mpath, &j);
@@ -103,7 +172,7 @@ static dt_status read_state(const char *sub, const dt_codec *k, int ranks, float
     const char *kind = dt_ckpt_string(j, "codec", "kind");
     double rank = 0, rate = 0, saved = 0, floats = 0, density = 0, S = 0;
     if (!cJSON_IsObject(x)) {
-        if (k && dt_codec_has_state(k))
+        if (k && dt_codec_has_state(k) && cm->stage == 0)
             dt_log(DT_LOG_WARN, "%s: no codec state saved: --compress %s starts its residuals and Q afresh", mpath, dt_codec_name(dt_codec_get_config(k)->kind));
         cJSON_Delete(j);
         return DT_OK;
@@ -111,23 +180,31 @@ static dt_status read_state(const char *sub, const dt_codec *k, int ranks, float
     st = dt_ckpt_count(j, "codec", "rank", mpath, 1e6, &rank);
     if (!st) st = dt_ckpt_number(j, "codec", "min_rate", mpath, &rate);
     if (!st) st = dt_ckpt_count(j, "codec", "ranks", mpath, 1e6, &saved);
-    if (!st) st = dt_ckpt_count(j, "codec", "floats", mpath, 1e15, &floats);
     if (!st) st = dt_ckpt_number(j, "codec", "density", mpath, &density);
-    if (!st && cJSON_GetObjectItemCaseSensitive(x, "shared")) st = dt_ckpt_count(j, "codec", "shared", mpath, 1e12, &S);
     const dt_codec_config *c = k ? dt_codec_get_config(k) : NULL;
     if (!st && (!c || !kind || strcmp(kind, dt_codec_name(c->kind)) || (int)rank != c->rank || (float)rate != c->min_rate ||
                 (float)density != c->density || (int)saved != ranks)) {
-        dt_log(DT_LOG_WARN, "%s: the codec's state was saved by --compress %s --compress-rank %d on %d ranks; this run %s: its state starts "
-               "afresh", mpath, kind ? kind : "?", (int)rank, (int)saved, c ? "compresses otherwise" : "has no codec");
+        if (cm->stage == 0)
+            dt_log(DT_LOG_WARN, "%s: the codec's state was saved by --compress %s --compress-rank %d on %d ranks; this run %s: its state "
+                   "starts afresh", mpath, kind ? kind : "?", (int)rank, (int)saved, c ? "compresses otherwise" : "has no codec");
         cJSON_Delete(j);
         return DT_OK;
     }
-    size_t want = (size_t)ranks * own_size(k) + dt_codec_state_size(k, DT_CODEC_Q) + (size_t)S;
+    const cJSON *pc = NULL;
+    if (!st) st = piece_of(x, mpath, cm, &pc);
+    if (!st && !pc) {
+        cJSON_Delete(j);
+        return DT_OK;
+    }
+    if (!st) st = dt_ckpt_count(pc, NULL, "floats", mpath, 1e15, &floats);
+    if (!st && cJSON_GetObjectItemCaseSensitive(pc, "shared")) st = dt_ckpt_count(pc, NULL, "shared", mpath, 1e12, &S);
+    size_t want = st ? 0 : (size_t)ranks * own_size(k) + dt_codec_state_size(k, DT_CODEC_Q) + (size_t)S;
+    file_of(cm->stage, cm->stages, file);
     if (!st && (size_t)floats != want)
-        st = dt_error(DT_ERR_IO, "%s: codec.floats is %.0f; this model's codec keeps %zu", mpath, floats, want);
+        st = dt_error(DT_ERR_IO, "%s: %s holds %.0f floats; this model's codec keeps %zu", mpath, file, floats, want);
     float *buf = st ? NULL : malloc((want + 1) * sizeof *buf);
     if (!st && !buf) st = dt_error(DT_ERR_NOMEM, "checkpoint: out of memory for the codec's state");
-    if (!st) st = dt_ckpt_verify_file(sdir, j, "codec.f32", 1, want, &buf);
+    if (!st) st = dt_ckpt_verify_file(sdir, j, file, 1, want, &buf);
     cJSON_Delete(j);
     if (st) { free(buf); return st; }
     *out = buf;
@@ -136,13 +213,13 @@ static dt_status read_state(const char *sub, const dt_codec *k, int ranks, float
     return DT_OK;
 }
 
-dt_status dt_checkpoint_codec_resume(const char *sub, dt_comm *w, dt_engine *e, int step) {
+dt_status dt_checkpoint_codec_resume(const char *sub, dt_comm *w, dt_engine *e, int step, const dt_checkpoint_model *cm) {
     dt_codec *k = dt_engine_codec(e);
     int rank = w ? dt_comm_rank(w) : 0, p = w ? dt_comm_size(w) : 1;
     if (k) dt_codec_set_steps(k, step); /* the start step counts from the run's first */
     float *all = NULL;
     size_t n = 0, S = 0;
-    dt_status st = rank == 0 ? read_state(sub, k, p, &all, &n, &S) : DT_OK;
+    dt_status st = rank == 0 ? read_state(sub, k, p, cm, &all, &n, &S) : DT_OK;
     int64_t ok[3] = { st == DT_OK, all != NULL, (int64_t)S };
     dt_status bs = w ? dt_comm_broadcast(w, ok, 3, DT_I64, 0) : DT_OK;
     S = (size_t)ok[2];

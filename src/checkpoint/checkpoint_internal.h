@@ -43,9 +43,18 @@ long dt_ckpt_global_batch(const cJSON *j);
 dt_status dt_ckpt_verify_file(const char *dir, const cJSON *j, const char *file, int nb, size_t nparams, float *const *into);
 /* The steps of dir's step-N folders, newest first (at most cap); how many. */
 int dt_ckpt_steps(const char *dir, int *steps, int cap);
-/* A codec's state (checkpoint_codec.c): the manifest's codec section and files entry, and codec.f32 in folder tmp. */
-void dt_ckpt_codec_manifest(cJSON *j, const dt_checkpoint_model *cm, const dt_train_config *c);
+/* A codec's state (checkpoint_codec.c): what each stage's first data-parallel rank saved (collected by
+ * dt_ckpt_codec_collect, collective over w, NULL: this rank's own; *out malloc'd), the manifest's codec section and files
+ * entries from them, this rank's codec.f32 (a pipeline stage's codec-stageSofP.f32) in folder tmp, and every saved one
+ * of step folder dir checked against the manifest j (", FILE" appended to listed). */
+typedef struct {
+    int stage;
+    uint64_t floats, shared, hash;
+} dt_ckpt_codec_meta;
+dt_status dt_ckpt_codec_collect(dt_comm *w, const dt_checkpoint_model *cm, dt_ckpt_codec_meta **out, int *n);
+void dt_ckpt_codec_manifest(cJSON *j, const dt_checkpoint_model *cm, const dt_ckpt_codec_meta *pc, int n, const dt_train_config *c);
 dt_status dt_ckpt_codec_write(const char *tmp, const dt_checkpoint_model *cm);
+dt_status dt_ckpt_codec_verify(const char *dir, const cJSON *j, char *listed, size_t cap);
 /* Second-order state units (checkpoint_units.c): what the manifest says of a saved source (every stage's, collected
  * by dt_ckpt_units_collect, collective over w, NULL: this rank's own; *out malloc'd), the manifest's units section and
  * files entries from them, and the sources this rank holds written as KEY.f32 in tmp. */
@@ -62,6 +71,13 @@ dt_status dt_ckpt_units_write(const char *tmp, const dt_checkpoint_model *cm);
  * each for ckpt info. */
 dt_status dt_ckpt_units_verify(const char *dir, const cJSON *j, char *listed, size_t cap);
 void dt_ckpt_units_describe(const cJSON *j, FILE *f);
+/* What the ranks saved beside the stores (each stage's first data-parallel rank its own), for rank 0's manifest. */
+typedef struct {
+    dt_ckpt_units_meta *units;
+    int nunits;
+    dt_ckpt_codec_meta *codec;
+    int ncodec;
+} dt_ckpt_side;
 /* manifest[section][key] as a string, or NULL. */
 const char *dt_ckpt_string(const cJSON *j, const char *section, const char *key);
 

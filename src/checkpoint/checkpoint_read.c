@@ -554,7 +554,7 @@ dt_status dt_checkpoint_resume(const char *dir, dt_comm *w, const dt_train_confi
         st = dt_comm_broadcast(w, lv, 4, DT_F64, 0);
         *ls = (dt_loss_scale){ .scale = lv[0], .iter = (int64_t)lv[1], .last_overflow = (int64_t)lv[2], .hysteresis = (int)lv[3] };
     }
-    if (!st) st = dt_checkpoint_codec_resume(sub, dt_engine_get_config(e)->comm, e, (int)meta[0]);
+    if (!st) st = dt_checkpoint_codec_resume(sub, dt_engine_get_config(e)->comm, e, (int)meta[0], cm);
     if (!st) st = dt_checkpoint_units_resume(sub, dt_engine_get_config(e)->comm, w, e, cm);
     if (st) return st;
     *pos = (dt_checkpoint_position){ (int)meta[0], (uint64_t)meta[1], (size_t)meta[2], (size_t)meta[3], (size_t)meta[4] };

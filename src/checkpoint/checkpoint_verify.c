@@ -41,12 +41,11 @@ dt_status dt_checkpoint_verify_step(const char *sub, FILE *out) {
     const cJSON *bf = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "files"), "buffers.f32");
     const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(bf, "bytes");
     if (!st && cJSON_IsNumber(bytes)) st = dt_ckpt_verify_file(s, j, "buffers.f32", 1, (size_t)(bytes->valuedouble / sizeof(float)), NULL);
-    const cJSON *cb = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "files"), "codec.f32"), "bytes");
-    if (!st && cJSON_IsNumber(cb)) st = dt_ckpt_verify_file(s, j, "codec.f32", 1, (size_t)(cb->valuedouble / sizeof(float)), NULL);
-    char units[256] = "";
-    if (!st) st = dt_ckpt_units_verify(s, j, units, sizeof units);
-    if (!st && out) fprintf(out, "%s: whole (%.0f parameters; params.f32, optim.f32%s%s%s match the manifest's sizes and hashes)\n", s, np,
-                            cJSON_IsNumber(bytes) ? ", buffers.f32" : "", cJSON_IsNumber(cb) ? ", codec.f32" : "", units);
+    char more[512] = "";
+    if (!st) st = dt_ckpt_codec_verify(s, j, more, sizeof more);
+    if (!st) st = dt_ckpt_units_verify(s, j, more, sizeof more);
+    if (!st && out) fprintf(out, "%s: whole (%.0f parameters; params.f32, optim.f32%s%s match the manifest's sizes and hashes)\n", s, np,
+                            cJSON_IsNumber(bytes) ? ", buffers.f32" : "", more);
     cJSON_Delete(j);
     return st;
 }

@@ -13,7 +13,8 @@
  *                              has some (a ResNet's BatchNorm running averages)
  *       codec.f32              a gradient codec's state, once a step was
  *                              compressed: every rank's residuals, then the Qs
- *                              (checkpoint_codec.c)
+ *                              (checkpoint_codec.c; a pipeline stage's own:
+ *                              codec-stageSofP.f32)
  *       kfac.f32, shampoo.f32, a second-order optimizer's factors, roots,
  *       soap.f32               bases, in units that reshard
  *                              (checkpoint_units.c)
@@ -205,8 +206,7 @@ void dt_checkpoint_resnet(dt_resnet *r, dt_checkpoint_model *out) {
 /* hashes, bytes: params.f32, optim.f32, buffers.f32 (where the model has buffers) */
 static cJSON *manifest(const dt_train_config *c, int nranks, const char *strategy, const dt_checkpoint_model *cm, dt_optim *o,
                        const dt_loss_scale *ls, const dt_checkpoint_position *pos, const uint64_t hashes[3],
-                       const size_t bytes[3], const piece *pieces, int npieces, bool params_pieces, const dt_ckpt_units_meta *um,
-                       int num) {
+                       const size_t bytes[3], const piece *pieces, int npieces, bool params_pieces, const dt_ckpt_side *side) {
     const dt_model *m = &cm->m;
     cJSON *j = cJSON_CreateObject(), *x;
     cJSON_AddStringToObject(j, "format", FORMAT);
@@ -360,8 +360,8 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
             cJSON_AddItemToArray(ps, e);
         }
     }
-    dt_ckpt_codec_manifest(j, cm, c);
-    dt_ckpt_units_manifest(j, um, num);
+    dt_ckpt_codec_manifest(j, cm, side->codec, side->ncodec, c);
+    dt_ckpt_units_manifest(j, side->units, side->nunits);
     x = cJSON_AddArrayToObject(j, "tensors");
     for (int i = 0; i < m->ntensors; i++) {
         const dt_tensor_info *t = &m->tensors[i];
@@ -497,7 +497,7 @@ static dt_status hash_piece(const char *path, int nb, size_t G, size_t a, size_t
  * directory renamed into place and `latest` moved to it. */
 static dt_status commit(const char *dir, const char *tmp, const char *name, const dt_train_config *c, int nranks,
                         const dt_checkpoint_model *cm, dt_engine *e, const dt_checkpoint_position *pos, uint64_t phash, uint64_t bhash,
-                        const piece *pieces, int np, bool params_pieces, const dt_ckpt_units_meta *um, int num, size_t *written) {
+                        const piece *pieces, int np, bool params_pieces, const dt_ckpt_side *side, size_t *written) {
     dt_optim *o = dt_engine_optim(e);
     int nb = dt_optim_buffer(o, 1) ? 2 : 1;
     char path[4200], final[4200];
@@ -505,7 +505,7 @@ static dt_status commit(const char *dir, const char *tmp, const char *name, cons
     size_t G = dt_model_global_params(&cm->m);
     size_t bytes[3] = { G * sizeof(float), G * sizeof(float) * (size_t)nb, cm->nbuffers * sizeof(float) };
     cJSON *j = manifest(c, nranks, dt_engine_strategy_name(e), cm, o, dt_engine_loss_scale(e), pos, hashes, bytes, pieces, np, params_pieces,
-                        um, num);
+                        side);
     char *text = j ? cJSON_Print(j) : NULL;
     cJSON_Delete(j);
     size_t tl = text ? strlen(text) : 0;
@@ -606,7 +606,7 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
         snprintf(path, sizeof path, "%s/buffers.f32", tmp);
         st = dt_file_write_atomic(path, bp, &bb, 1);
     }
-    if (rank == 0 && !st) st = dt_ckpt_codec_write(tmp, cm);
+    if (!st) st = dt_ckpt_codec_write(tmp, cm); /* the ranks holding a codec's state (a stage's first data-parallel rank) */
     if (!st) st = dt_ckpt_units_write(tmp, cm); /* the ranks holding a source's state (a stage's first data-parallel rank) */
     snprintf(path, sizeof path, "%s/optim.f32", tmp);
     const dt_store_range *rg;
@@ -637,13 +637,13 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
         if (!st) st = as;
         ps = true; /* params.f32 in pieces too */
     }
-    /* every stage's second-order state, for the manifest */
-    dt_ckpt_units_meta *um = NULL;
-    int num = 0;
-    if (!st) st = dt_ckpt_units_collect(w, cm, &um, &num);
+    /* every stage's second-order and codec state, for the manifest */
+    dt_ckpt_side side = { 0 };
+    if (!st) st = dt_ckpt_units_collect(w, cm, &side.units, &side.nunits);
+    if (!st) st = dt_ckpt_codec_collect(w, cm, &side.codec, &side.ncodec);
     *written = 0;
-    if (rank == 0 && !st) st = commit(dir, tmp, name, c, nranks, cm, e, pos, phash, bhash, all, p, ps, um, num, written);
-    free(um);
+    if (rank == 0 && !st) st = commit(dir, tmp, name, c, nranks, cm, e, pos, phash, bhash, all, p, ps, &side, written);
+    free(side.units), free(side.codec);
     if (rank == 0 && st) remove_tree(tmp);
     /* this rank's own bytes: its slices, and rank 0 the whole parameters unless they are in slices */
     *written += n * sizeof(float) * (size_t)(nb + ps) + (rank == 0 ? ((ps ? 0 : m.nparams) + cm->nbuffers) * sizeof(float) : 0);
