@@ -95,6 +95,16 @@ cross "rows shuffled: 2 ranks x batch 2 -> 1 process x batch 4" --nproc 2 --batc
 # without --grad-accum the accumulation is derived so that the saved global batch is kept, on any layout
 cross "2 ranks x batch 2 -> 1 process, accumulation derived" --nproc 2 --batch 2 -- --batch 2
 cross "TP 2 x PP 2 x 2 micro-batches -> 2 DDP ranks, accumulation derived" --nproc 4 --tp 2 --pp 2 --batch 2 --grad-accum 2 -- --nproc 2 --batch 2
+# a model in parts (stages, slices) lists the whole model's tensors in its manifest, as one process's does: every
+# rank's own gathered, each once (ckpt info read only the first stage's before)
+table() { python3 -c "import json, sys; print(json.dumps(json.load(open(sys.argv[1]))['tensors']))" "$1/step-00000002/manifest.json"; }
+rm -rf "$dir/t1" "$dir/t4"
+"$DTRAIN" train "${model[@]}" --batch 4 --steps 2 --save "$dir/t1" > /dev/null 2>&1
+"$DTRAIN" train "${model[@]}" --nproc 4 --tp 2 --pp 2 --batch 2 --grad-accum 2 --steps 2 --save "$dir/t4" > /dev/null 2>&1
+n1=$(table "$dir/t1" | python3 -c "import json, sys; print(len(json.load(sys.stdin)))" 2> /dev/null)
+[ -n "$n1" ] && [ "$n1" -gt 0 ] && [ "$(table "$dir/t1")" = "$(table "$dir/t4")" ] &&
+    ok "TP 2 x PP 2's manifest lists the whole model's $n1 tensors, as one process's" ||
+    fail "TP 2 x PP 2's tensor table: $(table "$dir/t4" | cut -c1-100) against one process's ${n1:-?} tensors"
 rm -rf "$dir/g"
 "$DTRAIN" train "${model[@]}" --nproc 2 --batch 2 --steps 4 --save "$dir/g" > /dev/null 2>&1
 "$DTRAIN" train --resume "$dir/g" --steps 5 --metrics "$dir/g.jsonl" > "$dir/out" 2>&1

@@ -71,12 +71,22 @@ dt_status dt_ckpt_units_write(const char *tmp, const dt_checkpoint_model *cm);
  * each for ckpt info. */
 dt_status dt_ckpt_units_verify(const char *dir, const cJSON *j, char *listed, size_t cap);
 void dt_ckpt_units_describe(const cJSON *j, FILE *f);
-/* What the ranks saved beside the stores (each stage's first data-parallel rank its own), for rank 0's manifest. */
+/* The manifest's tensor table (checkpoint_table.c): the whole model's tensors, each once, by global offset; a model in
+ * parts (parts: collective over w) from every rank's own. *out malloc'd. */
+typedef struct {
+    char name[48], hf[96];
+    int64_t unit, ndim, gshape[4], goffset;
+} dt_ckpt_tensor;
+dt_status dt_ckpt_table_collect(dt_comm *w, const dt_checkpoint_model *cm, bool parts, dt_ckpt_tensor **out, int *n);
+/* What the ranks saved beside the stores (each stage's first data-parallel rank its own) and the whole table, for rank
+ * 0's manifest. */
 typedef struct {
     dt_ckpt_units_meta *units;
     int nunits;
     dt_ckpt_codec_meta *codec;
     int ncodec;
+    dt_ckpt_tensor *tensors;
+    int ntensors;
 } dt_ckpt_side;
 /* manifest[section][key] as a string, or NULL. */
 const char *dt_ckpt_string(const cJSON *j, const char *section, const char *key);

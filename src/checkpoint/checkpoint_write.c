@@ -363,14 +363,15 @@ static cJSON *manifest(const dt_train_config *c, int nranks, const char *strateg
     dt_ckpt_codec_manifest(j, cm, side->codec, side->ncodec, c);
     dt_ckpt_units_manifest(j, side->units, side->nunits);
     x = cJSON_AddArrayToObject(j, "tensors");
-    for (int i = 0; i < m->ntensors; i++) {
-        const dt_tensor_info *t = &m->tensors[i];
+    for (int i = 0; i < side->ntensors; i++) {
+        const dt_ckpt_tensor *t = &side->tensors[i];
         cJSON *e = cJSON_CreateObject();
+        int shape[4] = { (int)t->gshape[0], (int)t->gshape[1], (int)t->gshape[2], (int)t->gshape[3] };
         cJSON_AddStringToObject(e, "name", t->name);
         cJSON_AddStringToObject(e, "hf", t->hf);
-        cJSON_AddNumberToObject(e, "unit", t->unit);
+        cJSON_AddNumberToObject(e, "unit", (double)t->unit);
         cJSON_AddNumberToObject(e, "offset", (double)t->goffset);
-        cJSON_AddItemToObject(e, "shape", cJSON_CreateIntArray(t->gshape, t->ndim));
+        cJSON_AddItemToObject(e, "shape", cJSON_CreateIntArray(shape, (int)t->ndim));
         cJSON_AddItemToArray(x, e);
     }
     return j;
@@ -637,13 +638,14 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
         if (!st) st = as;
         ps = true; /* params.f32 in pieces too */
     }
-    /* every stage's second-order and codec state, for the manifest */
+    /* every stage's second-order and codec state and the whole table, for the manifest */
     dt_ckpt_side side = { 0 };
     if (!st) st = dt_ckpt_units_collect(w, cm, &side.units, &side.nunits);
     if (!st) st = dt_ckpt_codec_collect(w, cm, &side.codec, &side.ncodec);
+    if (!st) st = dt_ckpt_table_collect(w, cm, sliced, &side.tensors, &side.ntensors);
     *written = 0;
     if (rank == 0 && !st) st = commit(dir, tmp, name, c, nranks, cm, e, pos, phash, bhash, all, p, ps, &side, written);
-    free(side.units), free(side.codec);
+    free(side.units), free(side.codec), free(side.tensors);
     if (rank == 0 && st) remove_tree(tmp);
     /* this rank's own bytes: its slices, and rank 0 the whole parameters unless they are in slices */
     *written += n * sizeof(float) * (size_t)(nb + ps) + (rank == 0 ? ((ps ? 0 : m.nparams) + cm->nbuffers) * sizeof(float) : 0);

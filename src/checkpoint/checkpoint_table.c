@@ -1,0 +1,66 @@
+/* The manifest's tensor table: the whole model's tensors (name, Hugging Face's name, unit, global shape and offset) in
+ * the store's order. A model in parts (pipeline stages, tensor-parallel slices, experts over ranks) has each rank
+ * hold only its own entries, so rank 0's table alone would list the first stage's: every rank's entries are gathered
+ * and each tensor kept once (its global offset names it; a pipeline's tied copy of wte is the first stage's). */
+#include "dtrain/train.h"
+#include "checkpoint_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* An entry as 64-bit words (no padding: 144 bytes of names, then 8-byte fields). */
+enum { WORDS = sizeof(dt_ckpt_tensor) / sizeof(int64_t) };
+_Static_assert(sizeof(dt_ckpt_tensor) % sizeof(int64_t) == 0, "dt_ckpt_tensor travels as 64-bit words");
+
+static int entries(const dt_model *m, dt_ckpt_tensor *out) {
+    int n = 0;
+    for (int i = 0; i < m->ntensors; i++) {
+        const dt_tensor_info *t = &m->tensors[i];
+        if (t->tied_copy) continue;
+        if (out) {
+            dt_ckpt_tensor *e = &out[n];
+            memset(e, 0, sizeof *e);
+            memcpy(e->name, t->name, sizeof e->name);
+            memcpy(e->hf, t->hf, sizeof e->hf);
+            e->name[sizeof e->name - 1] = e->hf[sizeof e->hf - 1] = '\0';
+            e->unit = t->unit, e->ndim = t->ndim, e->goffset = (int64_t)t->goffset;
+            for (int d = 0; d < t->ndim && d < 4; d++) e->gshape[d] = t->gshape[d];
+        }
+        n++;
+    }
+    return n;
+}
+
+static int by_offset(const void *a, const void *b) {
+    int64_t x = ((const dt_ckpt_tensor *)a)->goffset, y = ((const dt_ckpt_tensor *)b)->goffset;
+    return (x > y) - (x < y);
+}
+
+dt_status dt_ckpt_table_collect(dt_comm *w, const dt_checkpoint_model *cm, bool parts, dt_ckpt_tensor **out, int *n) {
+    int p = parts && w ? dt_comm_size(w) : 1, mine = entries(&cm->m, NULL);
+    int64_t *counts = calloc((size_t)p, sizeof *counts), c = mine;
+    size_t *words = calloc((size_t)p, sizeof *words);
+    dt_ckpt_tensor *own = calloc((size_t)mine + 1, sizeof *own);
+    *out = NULL, *n = 0;
+    dt_status st = counts && words && own ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory for the tensor table");
+    if (!st && p > 1) st = dt_comm_allgather(w, &c, counts, 1, DT_I64);
+    else if (!st) counts[0] = mine;
+    size_t total = 0;
+    for (int r = 0; !st && r < p; r++) words[r] = (size_t)counts[r] * WORDS, total += (size_t)counts[r];
+    dt_ckpt_tensor *all = st ? NULL : calloc(total + 1, sizeof *all);
+    if (!st && !all) st = dt_error(DT_ERR_NOMEM, "checkpoint: out of memory for the tensor table");
+    if (!st) entries(&cm->m, own);
+    if (!st && p > 1) st = dt_comm_allgatherv(w, own, all, words, DT_I64);
+    else if (!st) memcpy(all, own, (size_t)mine * sizeof *own);
+    free(counts), free(words), free(own);
+    if (st) {
+        free(all);
+        return st;
+    }
+    qsort(all, total, sizeof *all, by_offset);
+    int kept = 0;
+    for (size_t i = 0; i < total; i++)
+        if (!kept || all[kept - 1].goffset != all[i].goffset) all[kept++] = all[i];
+    *out = all, *n = kept;
+    return DT_OK;
+}
