@@ -144,6 +144,9 @@ void dt_pipeline_destroy(dt_pipeline *p);
  * stages in order; the last stage sums their mean losses (*loss_sum, *nloss;
  * 0 elsewhere). Collective over the stages. */
 dt_status dt_pipeline_forward_only(dt_pipeline *p, int n, dt_pp_batch_fn batch, void *ctx, double *loss_sum, int *nloss);
+/* The bytes this stage holds for messages beside its activations: the tied wte's gradient on its way from the last
+ * stage to the first (0 on a stage without it); a run's "buffers", which the planner prices alike. */
+size_t dt_pipeline_buffer_bytes(const dt_pipeline *p);
 /* Whether messages go through mailboxes in the shared arena (every stage on one machine), not point to point. */
 int dt_pipeline_mailboxes(const dt_pipeline *p);
 /* What the engine runs (dt_engine_config.schedule). */

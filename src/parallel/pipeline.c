@@ -455,6 +455,7 @@ void dt_pipeline_destroy(dt_pipeline *p) {
 
 const dt_micro_schedule *dt_pipeline_schedule(dt_pipeline *p) { return &p->ms; }
 int dt_pipeline_mailboxes(const dt_pipeline *p) { return p->box[0][0] || p->box[1][0]; }
+size_t dt_pipeline_buffer_bytes(const dt_pipeline *p) { return p && (p->wte_send || p->wte_recv) ? p->wte_n * sizeof(float) : 0; }
 const dt_pp_schedule *dt_pipeline_actions(const dt_pipeline *p) { return p->s; }
 
 void dt_pipeline_times(const dt_pipeline *p, double *fwd, double *bwd, double *wgt) { *fwd = p->fwd, *bwd = p->bwd, *wgt = p->wgt; }

@@ -127,7 +127,7 @@ static dt_status gather_ranks(run *r, double *all) {
     }
     size_t hp, hg;
     held(r, &hp, &hg);
-    const double mem[6] = { (double)hp, (double)hg, (double)dt_train_optim_bytes(r), (double)dt_engine_buffer_bytes(r->e),
+    const double mem[6] = { (double)hp, (double)hg, (double)dt_train_optim_bytes(r), (double)(dt_engine_buffer_bytes(r->e) + dt_pipeline_buffer_bytes(r->pipe)),
                             (double)dt_gpt2_activation_memory(r->m), (double)dt_peak_memory() };
     memcpy(mine + 6, mem, sizeof mem);
     static const dt_mesh_dim dims[4] = { DT_MESH_DP, DT_MESH_TP, DT_MESH_PP, DT_MESH_CP };
