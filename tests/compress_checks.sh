@@ -318,6 +318,9 @@ ppsaved ppob --compress onebit --compress-start 5
 verdict $ok "DP 2 x PP 2 with 1-bit Adam saved at step 10 (frozen since 5) and resumed: the uninterrupted run's losses and weights bit for bit$why"
 "$DTRAIN" ckpt verify "$dir/savedppw10" > "$dir/ppverify.out" 2>&1 && grep -q "codec-stage0of2.f32, codec-stage1of2.f32" "$dir/ppverify.out" && ok=1 || ok=0
 verdict $ok "ckpt verify checks each stage's codec state ($(tail -1 "$dir/ppverify.out" | sed 's/.*: whole/whole/' | cut -c1-110))"
+n=$("$DTRAIN" ckpt info "$dir/savedppob10" 2> /dev/null | grep -c "^codec-stage[01]of2.f32: --compress onebit's state, every one of 2 data-parallel ranks'")
+[ "$n" = 2 ] && ok=1 || ok=0
+verdict $ok "ckpt info names each stage's codec state ($("$DTRAIN" ckpt info "$dir/savedppob10" 2> /dev/null | grep -m1 "^codec-stage" | cut -c1-90))"
 cp -r "$dir/savedppw10" "$dir/ppdp10"
 "$DTRAIN" train --resume "$dir/ppdp10" --nproc 2 --pp 1 --steps 12 > "$dir/ppdp.out" 2>&1 &&
     grep -q "saved by 2 pipeline stages of 1 chunk; this run's stage 0 of 1: its state starts afresh" "$dir/ppdp.out" && ok=1 || ok=0

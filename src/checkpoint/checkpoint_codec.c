@@ -121,19 +121,35 @@ dt_status dt_ckpt_codec_write(const char *tmp, const dt_checkpoint_model *cm) {
     return dt_file_write_atomic(path, p, &bytes, 1);
 }
 
+/* Whether a manifest's files entry is a codec's state (codec.f32, codec-stageSofP.f32). */
+static bool codec_file(const char *name) {
+    int g, q, end = 0;
+    return !strcmp(name, "codec.f32") || (sscanf(name, "codec-stage%dof%d.f32%n", &g, &q, &end) == 2 && !name[end]);
+}
+
 dt_status dt_ckpt_codec_verify(const char *dir, const cJSON *j, char *listed, size_t cap) {
     const cJSON *f;
     cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(j, "files")) {
         const cJSON *b = cJSON_GetObjectItemCaseSensitive(f, "bytes");
-        int g, q, end = 0;
-        bool ours = !strcmp(f->string, "codec.f32") || (sscanf(f->string, "codec-stage%dof%d.f32%n", &g, &q, &end) == 2 && !f->string[end]);
-        if (!ours || !cJSON_IsNumber(b)) continue;
+        if (!codec_file(f->string) || !cJSON_IsNumber(b)) continue;
         dt_status st = dt_ckpt_verify_file(dir, j, f->string, 1, (size_t)(b->valuedouble / sizeof(float)), NULL);
         if (st) return st;
         size_t at = strlen(listed);
         snprintf(listed + at, cap - at, ", %s", f->string);
     }
     return DT_OK;
+}
+
+void dt_ckpt_codec_describe(const cJSON *j, FILE *f) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, "codec"), *ranks = cJSON_GetObjectItemCaseSensitive(x, "ranks"), *e;
+    const char *kind = dt_ckpt_string(j, "codec", "kind");
+    if (!kind || !cJSON_IsNumber(ranks)) return;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "files")) {
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "bytes");
+        if (codec_file(e->string) && cJSON_IsNumber(b))
+            fprintf(f, "%s: --compress %s's state, every one of %.0f data-parallel ranks' (the same codec and ranks resume it), %.3f MiB\n",
+                    e->string, kind, ranks->valuedouble, b->valuedouble / 1048576.0);
+    }
 }
 
 /* This stage's piece of the manifest's codec section x (the section itself without a pipeline) into *out, NULL where the

@@ -103,6 +103,7 @@ dt_status dt_checkpoint_describe(const char *dir, FILE *f) {
         describe_model(f, j, kind, gpt2 ? &g : NULL, np);
         describe_training(f, j);
         describe_files(f, j, tp);
+        dt_ckpt_codec_describe(j, f);
         dt_ckpt_units_describe(j, f);
         describe_tensors(f, j);
     }

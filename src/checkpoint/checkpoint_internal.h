@@ -55,6 +55,8 @@ dt_status dt_ckpt_codec_collect(dt_comm *w, const dt_checkpoint_model *cm, dt_ck
 void dt_ckpt_codec_manifest(cJSON *j, const dt_checkpoint_model *cm, const dt_ckpt_codec_meta *pc, int n, const dt_train_config *c);
 dt_status dt_ckpt_codec_write(const char *tmp, const dt_checkpoint_model *cm);
 dt_status dt_ckpt_codec_verify(const char *dir, const cJSON *j, char *listed, size_t cap);
+/* A line each for ckpt info. */
+void dt_ckpt_codec_describe(const cJSON *j, FILE *f);
 /* Second-order state units (checkpoint_units.c): what the manifest says of a saved source (every stage's, collected
  * by dt_ckpt_units_collect, collective over w, NULL: this rank's own; *out malloc'd), the manifest's units section and
  * files entries from them, and the sources this rank holds written as KEY.f32 in tmp. */
