@@ -189,13 +189,29 @@ EOF2
 # peak in the cache, then read from there: a planted slow optimizer rate and attention slow the plan's step
 cache=$dir/cache
 XDG_CACHE_HOME=$cache "$DTRAIN" plan "${common[@]}" --json > "$dir/c1.json" 2>> "$dir/json.err"
+# the cores the plan counts (a container's quota would count fewer: read back from the key the plan wrote)
+cores=$(python3 -c "import json, re, sys; print(next(m.group(1) for k in json.load(open(sys.argv[1])) for m in [re.fullmatch(r'memory_gbs_(\d+)_cores', k)] if m))" \
+    "$cache/dtrain/$(cd "$cache/dtrain" 2> /dev/null && ls peak*.json 2> /dev/null | head -1)" 2> /dev/null || getconf _NPROCESSORS_ONLN)
 # the cache's file: the release build's peak.json, a sanitized build's its own (peak-address.json)
 PEAK=$(cd "$cache/dtrain" 2> /dev/null && ls peak*.json 2> /dev/null | head -1)
 PEAK=${PEAK:-peak.json}
 if [ -z "${DTRAIN_MEMORY_BANDWIDTH:-}" ]; then
-    python3 -c "import json,sys; c=json.load(open(sys.argv[1])); assert c['memory_gbs_all_cores'] > 0 and c['attention_gflops_per_thread'] > 0 and c['optimizer_gbs_one_core'] > 0 and c['optimizer_gbs_all_cores'] > 0 and c['gemm_slowdown_all_cores_busy'] >= 1" \
-        "$cache/dtrain/$PEAK" 2> /dev/null && ok "this machine's rates cached: $(cat "$cache/dtrain/$PEAK")" ||
+    python3 -c "import json,sys; c=json.load(open(sys.argv[1])); n=int(sys.argv[2]); assert c['memory_gbs_%d_cores' % n] > 0 and c['attention_gflops_per_thread'] > 0 and c['optimizer_gbs_one_core'] > 0 and c['optimizer_gbs_%d_cores' % n] > 0 and c['gemm_slowdown_%d_cores_busy' % n] >= 1" \
+        "$cache/dtrain/$PEAK" "$cores" 2> /dev/null && ok "this machine's rates cached (every core's keyed by their count, $cores): $(cat "$cache/dtrain/$PEAK")" ||
         fail "the rates not cached: $(cat "$cache/dtrain/$PEAK" 2>&1)"
+fi
+# a bandwidth cached for another count of cores (the same CPU under a container's quota, or outside one) is not this
+# process's: the plan measures its own beside it
+if [ -z "${DTRAIN_MEMORY_BANDWIDTH:-}" ]; then
+    mkdir -p "$dir/othercores/dtrain"
+    python3 -c "import json,sys; c=json.load(open(sys.argv[1])); n=int(sys.argv[3]); v=c.pop('memory_gbs_%d_cores' % n); c['memory_gbs_%d_cores' % (n + 7)]=v / 1000; json.dump(c, open(sys.argv[2], 'w'))" \
+        "$cache/dtrain/$PEAK" "$dir/othercores/dtrain/$PEAK" "$cores" 2> /dev/null
+    XDG_CACHE_HOME=$dir/othercores "$DTRAIN" plan "${common[@]}" --json > /dev/null 2>> "$dir/json.err"
+    python3 -c "import json,sys; a=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2])); n=int(sys.argv[3]); k='memory_gbs_%d_cores' % n
+assert b[k] > 2 * b['memory_gbs_%d_cores' % (n + 7)], b
+print('a bandwidth cached for %d cores (%.3g GB/s) not read on %d: measured %.3g' % (n + 7, b['memory_gbs_%d_cores' % (n + 7)], n, b[k]))" \
+        "$cache/dtrain/$PEAK" "$dir/othercores/dtrain/$PEAK" "$cores" > "$dir/othercores.txt" 2>&1 &&
+        ok "$(cat "$dir/othercores.txt")" || fail "a figure of another core count: $(tail -2 "$dir/othercores.txt")"
 fi
 # the BLAS's kernel set the command ran: $OPENBLAS_CORETYPE's where given, else at the CPU's vector level (OpenBLAS 0.3.21
 # took an Emerald Rapids for a Prescott, SSE3, until dtrain ran again with the kernels the CPU has)
@@ -240,12 +256,12 @@ print('%.1f MB, then %.1f MB' % (a / 1e6, b / 1e6))" "$dir/c1.json" "$dir/c1b.js
         ok "the process, measuring this machine then reading its cache: $(cat "$dir/proc.txt")" ||
         fail "the process measuring this machine against reading its cache: $(tail -1 "$dir/proc.txt")"
 fi
-python3 - "$cache/dtrain/$PEAK" << 'EOF2'
+python3 - "$cache/dtrain/$PEAK" "$cores" << 'EOF2'
 import json, sys
-c = json.load(open(sys.argv[1]))
+c, n = json.load(open(sys.argv[1])), int(sys.argv[2])
 # the optimizer slow while the other streams are fast: only its own rates can slow it
-c.update(memory_gbs_all_cores=1000, attention_gflops_per_thread=0.05, optimizer_gbs_one_core=0.05, optimizer_gbs_all_cores=0.05,
-         lp_fresh_gbs_one_core=0.05)
+c.update({"memory_gbs_%d_cores" % n: 1000, "attention_gflops_per_thread": 0.05, "optimizer_gbs_one_core": 0.05,
+          "optimizer_gbs_%d_cores" % n: 0.05, "lp_fresh_gbs_one_core": 0.05})
 # attention as the job's sequences and heads time it (the rate the plan reads before the machine's; named here, T 128
 # and heads of 96 / 4 channels as in common, since a timing taken while the machine was busy is not kept)
 c.update({k: 0.05 for k in c if k.startswith("plan_attention_T")})
@@ -281,8 +297,8 @@ python3 -c "import sys; a,b,c=map(float,sys.argv[1:]); assert a > 0 and abs(b - 
 # DDP's ranks take turns at the update inside backward, each at one core's rate (5 GB/s planted); clipping makes it wait
 # for every gradient, all ranks at once at their share of all cores' (0.5 planted: 0.25 a rank): 20x as long
 mkdir -p "$dir/turns/dtrain"
-python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c.update(optimizer_gbs_one_core=5, optimizer_gbs_all_cores=0.5); json.dump(c, open(sys.argv[2], 'w'))" \
-    "$cache/dtrain/$PEAK" "$dir/turns/dtrain/$PEAK"
+python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c.update({'optimizer_gbs_one_core': 5, 'optimizer_gbs_%s_cores' % sys.argv[3]: 0.5}); json.dump(c, open(sys.argv[2], 'w'))" \
+    "$cache/dtrain/$PEAK" "$dir/turns/dtrain/$PEAK" "$cores"
 ot=()
 for clip in 0 1; do
     ot+=("$(XDG_CACHE_HOME=$dir/turns env -u DTRAIN_MEMORY_BANDWIDTH -u DTRAIN_ATTENTION_GFLOPS "$DTRAIN" plan "${common[@]}" --nproc 2 \
@@ -403,8 +419,8 @@ print(f'{a:.2f} ms of its {ac:.1f} ms of compute, measured; a planted 0.25: {b:.
 # rate, so that the two plans' matmul times differ by that slowdown alone, not by two timings
 for k in 1 11; do
     mkdir -p "$dir/busy$k/dtrain"
-    python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c['gemm_slowdown_all_cores_busy']=float(sys.argv[3]); json.dump(c, open(sys.argv[2], 'w'))" \
-        "$dir/cache5/dtrain/$PEAK" "$dir/busy$k/dtrain/$PEAK" "$k"
+    python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c['gemm_slowdown_%s_cores_busy' % sys.argv[4]]=float(sys.argv[3]); json.dump(c, open(sys.argv[2], 'w'))" \
+        "$dir/cache5/dtrain/$PEAK" "$dir/busy$k/dtrain/$PEAK" "$k" "$cores"
     for n in 1 2; do
         XDG_CACHE_HOME=$dir/busy$k DTRAIN_LINEAR_GFLOPS=20 env -u DTRAIN_MEMORY_BANDWIDTH -u DTRAIN_ATTENTION_GFLOPS "$DTRAIN" plan \
             "${common[@]}" --nproc $n --json > "$dir/busy$k-$n.json" 2>> "$dir/json.err"
@@ -437,7 +453,7 @@ print('%d ranks on %d cores: compute %.3gx slower than their share' % (int(sys.a
 if [ "$(nproc --all)" -gt 1 ] && command -v taskset > /dev/null; then
     XDG_CACHE_HOME=$dir/cachet taskset -c 0 "$DTRAIN" plan "${common[@]}" --nproc 2 --json > "$dir/t.json" 2>> "$dir/json.err"
     python3 -c "import json,sys; c=json.load(open(sys.argv[1])); b=json.load(open(sys.argv[2]))['breakdown']
-assert 'gemm_slowdown_all_cores_busy' not in c and b['beside'] == 1, (c, b['beside'])" "$dir/cachet/dtrain/$PEAK" "$dir/t.json" \
+assert not [k for k in c if k.startswith('gemm_slowdown_')] and b['beside'] == 1, (c, b['beside'])" "$dir/cachet/dtrain/$PEAK" "$dir/t.json" \
         > "$dir/t.txt" 2>&1 && ok "under taskset -c 0 the busy-cores slowdown is neither measured nor cached" ||
         fail "the busy-cores slowdown under taskset: $(tail -1 "$dir/t.txt")"
 fi

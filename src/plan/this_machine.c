@@ -276,16 +276,25 @@ static double measure_busy_slowdown(int cores) {
  * $DTRAIN_PEAK_GFLOPS does for the peak; else each measured once on this CPU and kept beside the GEMM peak
  * (~/.cache/dtrain/peak.json; a sanitized build's own file, src/obs/peak.c): the bandwidth with all the cores, the
  * optimizer's own rate on one core and on all, fresh pages' 16-bit copies and the pool's lending on one. */
+/* The cache's key of a figure measured with every core: how many it was is in it (memory_gbs_2_cores), since the cache is
+ * the CPU's and a container's quota gives a process fewer cores than the same CPU has outside it. */
+static const char *cores_key(char out[64], const char *what, int cores, const char *tail) {
+    snprintf(out, 64, "%s_%d_cores%s", what, cores, tail);
+    return out;
+}
+
 static dt_status measure_streams(dt_plan_hardware *h) {
     const char *bw = getenv("DTRAIN_MEMORY_BANDWIDTH");
     if (bw && atof(bw) > 0) {
         h->mem_bw = atof(bw);
         return DT_OK;
     }
-    dt_status st = dt_peak_cached_rate("memory_gbs_all_cores", measure_bandwidth, (int)h->devices_per_node, &h->mem_bw);
+    char k[64];
+    int n = (int)h->devices_per_node;
+    dt_status st = dt_peak_cached_rate(cores_key(k, "memory_gbs", n, ""), measure_bandwidth, n, &h->mem_bw);
     if (!st) h->mem_bw *= 1e9;
     if (!st && !(st = dt_peak_cached_rate("optimizer_gbs_one_core", measure_optimizer, 1, &h->optim_bw_one)) &&
-        !(st = dt_peak_cached_rate("optimizer_gbs_all_cores", measure_optimizer, (int)h->devices_per_node, &h->optim_bw_all)))
+        !(st = dt_peak_cached_rate(cores_key(k, "optimizer_gbs", n, ""), measure_optimizer, n, &h->optim_bw_all)))
         h->optim_bw_one *= 1e9, h->optim_bw_all *= 1e9;
     if (!st && !(st = dt_peak_cached_rate("lp_fresh_gbs_one_core", measure_lp_fresh, 1, &h->lp_fresh_bw))) h->lp_fresh_bw *= 1e9;
     if (!st && !(st = dt_peak_cached_rate("pool_lend_gbs_one_core", measure_pool_lend, 1, &h->pool_lend_bw))) h->pool_lend_bw *= 1e9;
@@ -327,9 +336,10 @@ dt_status dt_plan_this_machine(dt_plan_hardware *h) {
      * would share its own core and the figure, cached for the CPU, would say the machine twice as slow beside them; there
      * the cache's figure, if any */
     int allowed = dt_cpu_allowed();
+    char k[64];
     if (!st)
-        st = dt_peak_cached_rate("gemm_slowdown_all_cores_busy", allowed >= h->devices_per_node ? measure_busy_slowdown : NULL,
-                                 (int)h->devices_per_node, &h->busy_slowdown);
+        st = dt_peak_cached_rate(cores_key(k, "gemm_slowdown", h->devices_per_node, "_busy"),
+                                 allowed >= h->devices_per_node ? measure_busy_slowdown : NULL, (int)h->devices_per_node, &h->busy_slowdown);
     if (!st && att && atof(att) > 0) h->attention_rate = atof(att) * 1e9, h->attention_fixed = 1; /* the same for attention's rate a core */
     else if (!st && !(st = dt_peak_cached_rate("attention_gflops_per_thread", measure_attention, 1, &h->attention_rate)))
         h->attention_rate *= 1e9;
