@@ -321,6 +321,16 @@ verdict $ok "ckpt verify checks each stage's codec state ($(tail -1 "$dir/ppveri
 n=$("$DTRAIN" ckpt info "$dir/savedppob10" 2> /dev/null | grep -c "^codec-stage[01]of2.f32: --compress onebit's state, every one of 2 data-parallel ranks'")
 [ "$n" = 2 ] && ok=1 || ok=0
 verdict $ok "ckpt info names each stage's codec state ($("$DTRAIN" ckpt info "$dir/savedppob10" 2> /dev/null | grep -m1 "^codec-stage" | cut -c1-90))"
+# an interleaved pipeline's stages hold two chunks each: resumed with its schedule, bit for bit; with 1F1B (one chunk a
+# stage) its state starts afresh, saying which flags keep it
+il=("${pp[@]}" --layers 4 --batch 2 --grad-accum 2 --pp-schedule interleaved "${psgd[@]}")
+run ppil "${il[@]}" --save "$dir/ckil" && run ppil10 "${il[@]}" --save "$dir/ckil10" --stop-after 10 && cp -r "$dir/ckil10" "$dir/savedil10" &&
+    "$DTRAIN" train --resume "$dir/ckil10" --nproc 4 --pp 2 --pp-schedule interleaved --quiet > "$dir/ilres.out" 2>&1 &&
+    ! grep -q afresh "$dir/ilres.out" && cmp -s "$dir/ckil/step-00000020/params.f32" "$dir/ckil10/step-00000020/params.f32" && ok=1 || ok=0
+verdict $ok "DP 2 x PP 2 interleaved (2 chunks a stage) with PowerSGD saved at step 10 and resumed with its schedule: the uninterrupted run's weights bit for bit"
+"$DTRAIN" train --resume "$dir/savedil10" --nproc 4 --pp 2 --steps 11 > "$dir/il1f1b.out" 2>&1 &&
+    grep -q "saved by 2 pipeline stages of 2 chunks.*starts afresh (--pp-schedule interleaved --virtual-stages 2 keeps it)" "$dir/il1f1b.out" && ok=1 || ok=0
+verdict $ok "the interleaved run's codec state resumed by 1F1B: afresh, said with the flags that keep it ($(grep -m1 -o "starts afresh.*" "$dir/il1f1b.out"))"
 cp -r "$dir/savedppw10" "$dir/ppdp10"
 "$DTRAIN" train --resume "$dir/ppdp10" --nproc 2 --pp 1 --steps 12 > "$dir/ppdp.out" 2>&1 &&
     grep -q "saved by 2 pipeline stages of 1 chunk; this run's stage 0 of 1: its state starts afresh" "$dir/ppdp.out" && ok=1 || ok=0

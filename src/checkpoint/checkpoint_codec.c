@@ -168,10 +168,15 @@ static dt_status piece_of(const cJSON *x, const char *mpath, const dt_checkpoint
         }
     }
     *out = stages == want && chunks == wchunks ? e : NULL;
+    char keep[80] = ""; /* the same stages in other chunks: the schedule's flags keep it */
+    if (stages == want && chunks != wchunks && chunks > 1)
+        snprintf(keep, sizeof keep, " (--pp-schedule interleaved --virtual-stages %.0f keeps it)", chunks);
+    else if (stages == want && chunks != wchunks)
+        snprintf(keep, sizeof keep, " (a schedule of one chunk a stage keeps it)");
     if (!*out && (stage == 0 || stages == want))
-        dt_log(DT_LOG_WARN, "%s: the codec's state was saved by %.0f pipeline stage%s of %.0f chunk%s%s; this run's stage %d of %d: its "
-               "state starts afresh", mpath, stages, stages == 1 ? "" : "s", chunks, chunks == 1 ? "" : "s", e ? "" : " without this stage's",
-               stage, want);
+        dt_log(DT_LOG_WARN, "%s: the codec's state was saved by %.0f pipeline stage%s of %.0f chunk%s%s; this run's stage %d of %d%s: its "
+               "state starts afresh%s", mpath, stages, stages == 1 ? "" : "s", chunks, chunks == 1 ? "" : "s", e ? "" : " without this stage's",
+               stage, want, wchunks > 1 ? " in chunks" : "", keep);
     return DT_OK;
 }
 
