@@ -80,6 +80,8 @@ typedef struct {
     int64_t unit, ndim, gshape[4], goffset;
 } dt_ckpt_tensor;
 dt_status dt_ckpt_table_collect(dt_comm *w, const dt_checkpoint_model *cm, bool parts, dt_ckpt_tensor **out, int *n);
+/* The manifest's "tensors" array from them. */
+void dt_ckpt_table_manifest(cJSON *j, const dt_ckpt_tensor *t, int n);
 /* What the ranks saved beside the stores (each stage's first data-parallel rank its own) and the whole table, for rank
  * 0's manifest. */
 typedef struct {
@@ -90,6 +92,31 @@ typedef struct {
     dt_ckpt_tensor *tensors;
     int ntensors;
 } dt_ckpt_side;
+/* One rank's slice of optim.f32: [off, off + count) of each buffer, and the hash of those ranges, buffer after buffer;
+ * phash: of its slice of params.f32, where the parameters are sharded too. */
+typedef struct {
+    uint64_t off, count, hash, phash;
+} dt_ckpt_piece;
+/* What a checkpoint's manifest says (checkpoint_manifest.c): the run's settings, the model, the optimizer's and loss
+ * scaler's counts, the data's place, each file's size and hash (hashes, bytes: params.f32, optim.f32, buffers.f32; the
+ * ranks' pieces where the optimizer, and with params_pieces the parameters, were saved in slices), and what the ranks
+ * saved beside the stores. */
+typedef struct {
+    const dt_train_config *c;
+    int nranks;
+    const char *strategy;
+    const dt_checkpoint_model *cm;
+    dt_optim *o;
+    const dt_loss_scale *ls;
+    const dt_checkpoint_position *pos;
+    uint64_t hashes[3];
+    size_t bytes[3];
+    const dt_ckpt_piece *pieces;
+    int npieces;
+    bool params_pieces;
+    const dt_ckpt_side *side;
+} dt_ckpt_manifest_in;
+cJSON *dt_ckpt_manifest(const dt_ckpt_manifest_in *in);
 /* manifest[section][key] as a string, or NULL. */
 const char *dt_ckpt_string(const cJSON *j, const char *section, const char *key);
 

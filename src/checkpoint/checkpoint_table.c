@@ -64,3 +64,17 @@ dt_status dt_ckpt_table_collect(dt_comm *w, const dt_checkpoint_model *cm, bool 
     *out = all, *n = kept;
     return DT_OK;
 }
+
+void dt_ckpt_table_manifest(cJSON *j, const dt_ckpt_tensor *t, int n) {
+    cJSON *x = cJSON_AddArrayToObject(j, "tensors");
+    for (int i = 0; i < n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        int shape[4] = { (int)t[i].gshape[0], (int)t[i].gshape[1], (int)t[i].gshape[2], (int)t[i].gshape[3] };
+        cJSON_AddStringToObject(e, "name", t[i].name);
+        cJSON_AddStringToObject(e, "hf", t[i].hf);
+        cJSON_AddNumberToObject(e, "unit", (double)t[i].unit);
+        cJSON_AddNumberToObject(e, "offset", (double)t[i].goffset);
+        cJSON_AddItemToObject(e, "shape", cJSON_CreateIntArray(shape, (int)t[i].ndim));
+        cJSON_AddItemToArray(x, e);
+    }
+}

@@ -39,8 +39,9 @@
  * The model is described by dt_checkpoint_model: GPT-2 and the ResNets
  * save the same files, the manifest naming the kind and its shape.
  *
- * This file writes them (and checks save paths); checkpoint_read.c reads
- * and resumes, checkpoint_describe.c prints what one holds (ckpt info). */
+ * This file writes them (and checks save paths); checkpoint_manifest.c
+ * makes the manifest, checkpoint_read.c reads and resumes,
+ * checkpoint_describe.c prints what one holds (ckpt info). */
 #include "dtrain/train.h"
 #include "checkpoint_internal.h"
 #include "dtrain/data.h"
@@ -50,7 +51,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -161,11 +161,6 @@ dt_status dt_checkpoint_check_dir(const char *dir, const char *resume, int overw
     return dt_file_check_writable(probe);
 }
 
-/* One rank's slice of optim.f32: [off, off + count) of each buffer, and
- * the hash of those ranges, buffer after buffer; phash: of its slice of
- * params.f32, where the parameters are sharded too. */
-typedef struct { uint64_t off, count, hash, phash; } piece;
-
 const char *const dt_ckpt_lm_shape[22] = { "max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels",
                                             "kv_heads", "head_dim", "ffn", "untied", "rope_original_max", "experts", "experts_top_k",
                                             "norm_topk", "shared_ffn", "router", "expert_groups", "group_top_k", "drop_policy",
@@ -201,180 +196,6 @@ void dt_checkpoint_resnet(dt_resnet *r, dt_checkpoint_model *out) {
     out->nshape = 5;
     for (int i = 0; i < 5; i++) out->shape_names[i] = names[i], out->shape[i] = v[i];
     out->buffers = dt_resnet_buffers(r, &out->nbuffers);
-}
-
-/* hashes, bytes: params.f32, optim.f32, buffers.f32 (where the model has buffers) */
-static cJSON *manifest(const dt_train_config *c, int nranks, const char *strategy, const dt_checkpoint_model *cm, dt_optim *o,
-                       const dt_loss_scale *ls, const dt_checkpoint_position *pos, const uint64_t hashes[3],
-                       const size_t bytes[3], const piece *pieces, int npieces, bool params_pieces, const dt_ckpt_side *side) {
-    const dt_model *m = &cm->m;
-    cJSON *j = cJSON_CreateObject(), *x;
-    cJSON_AddStringToObject(j, "format", FORMAT);
-    cJSON_AddNumberToObject(j, "version", VERSION);
-    cJSON_AddNumberToObject(j, "step", pos->step);
-    x = cJSON_AddObjectToObject(j, "model");
-    cJSON_AddStringToObject(x, "kind", m->kind);
-    for (int i = 0; i < cm->nshape; i++) cJSON_AddNumberToObject(x, cm->shape_names[i], cm->shape[i]);
-    for (int i = 0; i < cm->nfshape; i++) cJSON_AddNumberToObject(x, cm->fshape_names[i], cm->fshape[i]);
-    cJSON_AddNumberToObject(x, "parameters", (double)dt_model_global_params(m));
-    if (cm->nbuffers) cJSON_AddNumberToObject(x, "buffers", (double)cm->nbuffers);
-    if (cm->lora) { /* the parameters are the adapters; the base comes from --model */
-        cJSON *l = cJSON_AddObjectToObject(x, "lora");
-        cJSON_AddNumberToObject(l, "rank", cm->lora->rank);
-        cJSON_AddNumberToObject(l, "alpha", dt_f32_decimal(cm->lora->alpha));
-        cJSON_AddStringToObject(l, "targets", cm->lora->targets);
-        cJSON_AddNumberToObject(l, "dropout", dt_f32_decimal(cm->lora->dropout));
-    }
-    x = cJSON_AddObjectToObject(j, "optimizer");
-    cJSON_AddStringToObject(x, "kind", dt_optim_kind_name(c->opt.kind));
-    cJSON_AddNumberToObject(x, "steps", (double)dt_optim_steps(o));
-    cJSON_AddNumberToObject(x, "variance_steps", (double)dt_optim_variance_steps(o));
-    cJSON_AddNumberToObject(x, "buffers", dt_optim_buffer(o, 1) ? 2 : 1);
-    cJSON_AddNumberToObject(x, "beta1", c->opt.beta1);
-    cJSON_AddNumberToObject(x, "beta2", c->opt.beta2);
-    cJSON_AddNumberToObject(x, "eps", c->opt.eps);
-    cJSON_AddNumberToObject(x, "weight_decay", c->opt.weight_decay);
-    cJSON_AddNumberToObject(x, "momentum", c->opt.momentum);
-    cJSON_AddBoolToObject(x, "nesterov", c->opt.nesterov);
-    if (c->opt.kind == DT_OPT_SOAP) { /* its statistics and bases: soap.f32 */
-        cJSON_AddNumberToObject(x, "precond_every", c->opt.precond_every);
-        cJSON_AddNumberToObject(x, "precond_max_dim", c->opt.precond_max_dim);
-    }
-    if (c->kfac_on) {
-        /* K-FAC's settings (its factors and decompositions: kfac.f32) */
-        cJSON_AddBoolToObject(x, "kfac", 1);
-        cJSON_AddNumberToObject(x, "kfac_damping", dt_f32_decimal(c->kfac.damping));
-        cJSON_AddNumberToObject(x, "kfac_decay", dt_f32_decimal(c->kfac.factor_decay));
-        cJSON_AddNumberToObject(x, "kfac_kl_clip", dt_f32_decimal(c->kfac.kl_clip));
-        cJSON_AddNumberToObject(x, "kfac_factor_every", c->kfac.factor_every);
-        cJSON_AddNumberToObject(x, "kfac_inv_every", c->kfac.inv_every);
-        cJSON_AddNumberToObject(x, "kfac_workers", dt_f32_decimal(c->kfac.workers));
-        cJSON_AddStringToObject(x, "kfac_method", c->kfac.method == DT_KFAC_INVERSE ? "inverse" : "eigen");
-        cJSON_AddStringToObject(x, "kfac_scale", c->kfac.scale == DT_KFAC_SCALE_FISHER ? "fisher" : "kfac-pytorch");
-    }
-    if (c->shampoo_on) {
-        /* Shampoo's settings (its factors, roots and moments: shampoo.f32) */
-        cJSON_AddBoolToObject(x, "shampoo", 1);
-        cJSON_AddNumberToObject(x, "shampoo_block", c->shampoo.block);
-        cJSON_AddNumberToObject(x, "shampoo_every", c->shampoo.every);
-        cJSON_AddNumberToObject(x, "shampoo_start", c->shampoo.start);
-        cJSON_AddNumberToObject(x, "shampoo_eps", c->shampoo.eps);
-        cJSON_AddNumberToObject(x, "shampoo_group", c->shampoo.group);
-        cJSON_AddStringToObject(x, "shampoo_wire", c->shampoo.wire == DT_BF16 ? "bf16" : "fp32");
-    }
-    x = cJSON_AddObjectToObject(j, "schedule");
-    cJSON_AddStringToObject(x, "kind", dt_schedule_name(c->sched.kind));
-    cJSON_AddNumberToObject(x, "lr", c->sched.lr);
-    cJSON_AddNumberToObject(x, "lr_min", c->sched.lr_min);
-    cJSON_AddNumberToObject(x, "warmup", c->sched.warmup);
-    cJSON_AddNumberToObject(x, "total", c->sched.total ? c->sched.total : c->steps);
-    cJSON_AddBoolToObject(x, "linear_warmup", c->sched.linear_warmup);
-    cJSON_AddNumberToObject(x, "warmup_min_ratio", c->sched.warmup_min_ratio);
-    cJSON_AddNumberToObject(x, "cos_min_ratio", c->sched.cos_min_ratio);
-    cJSON_AddNumberToObject(x, "decay", c->sched.decay);
-    cJSON_AddStringToObject(x, "decay_type", dt_decay_type_name(c->sched.decay_type));
-    x = cJSON_AddObjectToObject(j, "settings");
-    cJSON_AddNumberToObject(x, "steps", c->steps);
-    cJSON_AddNumberToObject(x, "batch", c->batch);
-    cJSON_AddNumberToObject(x, "seq", c->seq);
-    cJSON_AddNumberToObject(x, "grad_accum", c->grad_accum);
-    cJSON_AddNumberToObject(x, "ranks", nranks);
-    cJSON_AddNumberToObject(x, "tp", c->tp > 1 ? c->tp : 1); /* ranks / (tp x pp x cp) read the global batch */
-    cJSON_AddNumberToObject(x, "pp", c->pp > 1 ? c->pp : 1);
-    cJSON_AddNumberToObject(x, "cp", c->cp > 1 ? c->cp : 1);
-    cJSON_AddNumberToObject(x, "ep", c->ep > 1 ? c->ep : 1); /* experts split: the layout said on a resume that differs */
-    cJSON_AddStringToObject(x, "strategy", strategy);
-    cJSON_AddNumberToObject(x, "grad_clip", c->grad_clip);
-    cJSON_AddNumberToObject(x, "seed", (double)c->seed);
-    cJSON_AddStringToObject(x, "precision", dt_precision_name(c->precision));
-    /* the rest of what --resume DIR alone needs to go on as the run did (resume_settings.c) */
-    cJSON_AddStringToObject(x, "grad_store", dt_precision_name(c->grad_store));
-    cJSON_AddStringToObject(x, "grad_comm", dt_precision_name(c->grad_comm));
-    cJSON_AddNumberToObject(x, "threads", c->threads); /* BLAS's sums depend on it: the same count resumes bit for bit */
-    cJSON_AddNumberToObject(x, "eval_every", c->eval_every);
-    cJSON_AddNumberToObject(x, "keep_last", c->keep_last > 0 ? c->keep_last : 1);
-    cJSON_AddNumberToObject(x, "eval_batches", c->eval_batches);
-    cJSON_AddBoolToObject(x, "recompute", c->recompute);
-    cJSON_AddNumberToObject(x, "attention", c->attention);
-    cJSON_AddBoolToObject(x, "skip_nonfinite", c->skip_nonfinite);
-    char where[PATH_MAX];
-    if (c->val_data) cJSON_AddStringToObject(x, "val_data", realpath(c->val_data, where) ? where : c->val_data);
-    /* fine-tuning data's: how its rows were made, and DPO's beta */
-    if (c->tokenizer) cJSON_AddStringToObject(x, "tokenizer", realpath(c->tokenizer, where) ? where : c->tokenizer);
-    if (c->chat_template) cJSON_AddStringToObject(x, "chat_template", c->chat_template);
-    if (c->pack) cJSON_AddBoolToObject(x, "pack", 1);
-    if (c->dpo_beta > 0) cJSON_AddNumberToObject(x, "dpo_beta", c->dpo_beta);
-    if (c->moe_z_loss > 0) cJSON_AddNumberToObject(x, "moe_z_loss", c->moe_z_loss);
-    if (c->codec.kind != DT_CODEC_NONE) { /* --resume DIR alone goes on compressing as the run did */
-        cJSON_AddStringToObject(x, "compress", dt_codec_name(c->codec.kind));
-        cJSON_AddNumberToObject(x, "compress_rank", c->codec.rank);
-        cJSON_AddNumberToObject(x, "compress_start", c->codec.start);
-        cJSON_AddNumberToObject(x, "compress_density", dt_f32_decimal(c->codec.density));
-        cJSON_AddNumberToObject(x, "compress_warmup", c->codec.warmup);
-        cJSON_AddStringToObject(x, "compress_exchange", dt_codec_exchange_name(c->codec.exchange));
-        cJSON_AddNumberToObject(x, "compress_refresh", c->codec.refresh);
-        if (c->codec.kind == DT_CODEC_ZEROONE) {
-            cJSON_AddNumberToObject(x, "compress_var_scaler", c->codec.var_scaler);
-            cJSON_AddNumberToObject(x, "compress_local_scaler", c->codec.local_scaler);
-            cJSON_AddNumberToObject(x, "compress_local_clip", c->codec.local_clip);
-        }
-    }
-    if (ls) {
-        /* the loss scaler's whole state: a resumed fp16 run scales, skips and grows as the uninterrupted one */
-        x = cJSON_AddObjectToObject(j, "loss_scaler");
-        cJSON_AddNumberToObject(x, "scale", ls->scale);
-        cJSON_AddNumberToObject(x, "iter", (double)ls->iter);
-        cJSON_AddNumberToObject(x, "last_overflow", (double)ls->last_overflow);
-        cJSON_AddNumberToObject(x, "hysteresis", ls->hysteresis);
-    }
-    x = cJSON_AddObjectToObject(j, "data");
-    cJSON_AddStringToObject(x, "path", !c->data ? "" : realpath(c->data, where) ? where : c->data);
-    cJSON_AddNumberToObject(x, "tokens", (double)pos->data_tokens);
-    cJSON_AddNumberToObject(x, "tokens_per_batch", (double)pos->tokens_per_batch);
-    cJSON_AddNumberToObject(x, "epoch", (double)pos->epoch);
-    cJSON_AddNumberToObject(x, "next_batch", (double)pos->next);
-    x = cJSON_AddObjectToObject(j, "rng");
-    char seed[32];
-    snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->shuffle_seed); /* 64 bits: not a JSON double */
-    cJSON_AddStringToObject(x, "shuffle_seed", seed);
-    cJSON_AddBoolToObject(x, "shuffle_rows", c->shuffle_rows);
-    cJSON_AddNumberToObject(x, "shuffle_epoch", (double)pos->epoch);
-    x = cJSON_AddObjectToObject(j, "files");
-    static const char *const files[3] = { "params.f32", "optim.f32", "buffers.f32" };
-    for (int i = 0; i < (cm->nbuffers ? 3 : 2); i++) {
-        cJSON *f = cJSON_AddObjectToObject(x, files[i]);
-        char h[24];
-        snprintf(h, sizeof h, "%016llx", (unsigned long long)hashes[i]);
-        cJSON_AddNumberToObject(f, "bytes", (double)bytes[i]);
-        if ((i == 0 && !params_pieces) || i == 2 || npieces == 0) {
-            cJSON_AddStringToObject(f, "fnv1a64", h);
-            continue;
-        }
-        cJSON *ps = cJSON_AddArrayToObject(f, "pieces");
-        for (int k = 0; k < npieces; k++) {
-            cJSON *e = cJSON_CreateObject();
-            snprintf(h, sizeof h, "%016llx", (unsigned long long)(i == 0 ? pieces[k].phash : pieces[k].hash));
-            cJSON_AddNumberToObject(e, "offset", (double)pieces[k].off);
-            cJSON_AddNumberToObject(e, "count", (double)pieces[k].count);
-            cJSON_AddStringToObject(e, "fnv1a64", h);
-            cJSON_AddItemToArray(ps, e);
-        }
-    }
-    dt_ckpt_codec_manifest(j, cm, side->codec, side->ncodec, c);
-    dt_ckpt_units_manifest(j, side->units, side->nunits);
-    x = cJSON_AddArrayToObject(j, "tensors");
-    for (int i = 0; i < side->ntensors; i++) {
-        const dt_ckpt_tensor *t = &side->tensors[i];
-        cJSON *e = cJSON_CreateObject();
-        int shape[4] = { (int)t->gshape[0], (int)t->gshape[1], (int)t->gshape[2], (int)t->gshape[3] };
-        cJSON_AddStringToObject(e, "name", t->name);
-        cJSON_AddStringToObject(e, "hf", t->hf);
-        cJSON_AddNumberToObject(e, "unit", (double)t->unit);
-        cJSON_AddNumberToObject(e, "offset", (double)t->goffset);
-        cJSON_AddItemToObject(e, "shape", cJSON_CreateIntArray(shape, (int)t->ndim));
-        cJSON_AddItemToArray(x, e);
-    }
-    return j;
 }
 
 static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *c, int nranks, const dt_checkpoint_model *cm,
@@ -496,17 +317,11 @@ static dt_status hash_piece(const char *path, int nb, size_t G, size_t a, size_t
 
 /* Rank 0, once every slice is on disk: the manifest, last, then the
  * directory renamed into place and `latest` moved to it. */
-static dt_status commit(const char *dir, const char *tmp, const char *name, const dt_train_config *c, int nranks,
-                        const dt_checkpoint_model *cm, dt_engine *e, const dt_checkpoint_position *pos, uint64_t phash, uint64_t bhash,
-                        const piece *pieces, int np, bool params_pieces, const dt_ckpt_side *side, size_t *written) {
-    dt_optim *o = dt_engine_optim(e);
-    int nb = dt_optim_buffer(o, 1) ? 2 : 1;
+static dt_status commit(const char *dir, const char *tmp, const char *name, const dt_ckpt_manifest_in *in, size_t *written) {
+    const dt_train_config *c = in->c;
+    const dt_checkpoint_position *pos = in->pos;
     char path[4200], final[4200];
-    uint64_t hashes[3] = { phash, 0, bhash };
-    size_t G = dt_model_global_params(&cm->m);
-    size_t bytes[3] = { G * sizeof(float), G * sizeof(float) * (size_t)nb, cm->nbuffers * sizeof(float) };
-    cJSON *j = manifest(c, nranks, dt_engine_strategy_name(e), cm, o, dt_engine_loss_scale(e), pos, hashes, bytes, pieces, np, params_pieces,
-                        side);
+    cJSON *j = dt_ckpt_manifest(in);
     char *text = j ? cJSON_Print(j) : NULL;
     cJSON_Delete(j);
     size_t tl = text ? strlen(text) : 0;
@@ -538,11 +353,11 @@ static dt_status commit(const char *dir, const char *tmp, const char *name, cons
  * slices written in place at their runs, so the ranks' writes interleave.
  * Once all are on disk, each rank hashes a contiguous 1/p of each file
  * (read back) for the manifest's pieces. */
-static dt_status hash_pieces(const char *tmp, dt_comm *w, int nb, size_t G, piece *mine) {
+static dt_status hash_pieces(const char *tmp, dt_comm *w, int nb, size_t G, dt_ckpt_piece *mine) {
     int r = dt_comm_rank(w), p = dt_comm_size(w);
     char path[4200];
     size_t a = G * (size_t)r / (size_t)p, b = G * (size_t)(r + 1) / (size_t)p;
-    *mine = (piece){ a, b - a, 0, 0 };
+    *mine = (dt_ckpt_piece){ a, b - a, 0, 0 };
     snprintf(path, sizeof path, "%s/params.f32", tmp);
     dt_status st = hash_piece(path, 1, G, a, b, &mine->phash);
     snprintf(path, sizeof path, "%s/optim.f32", tmp);
@@ -614,7 +429,7 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
     int nrg = dt_engine_runs(e, &rg);
     if (!st && (!sliced || sharded || dp0)) st = dt_ckpt_file_slice(path, 1, &m, (float *const *)bufs, nb, rg, nrg);
     /* every rank's slice, and whether it is on disk: the manifest needs the one, the commit the other */
-    piece *all = calloc((size_t)p, sizeof *all);
+    dt_ckpt_piece *all = calloc((size_t)p, sizeof *all);
     uint64_t mine[5] = { st != DT_OK, off, n, h, hp }, *got = malloc(sizeof *got * 5 * (size_t)p);
     dt_status gs = all && got ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
     if (!gs && w) gs = dt_comm_allgather(w, mine, got, 5, DT_I64);
@@ -622,18 +437,18 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
     int failed = -1;
     for (int r = 0; !gs && r < p; r++) {
         if (got[5 * r] && failed < 0) failed = r;
-        all[r] = (piece){ got[5 * r + 1], got[5 * r + 2], got[5 * r + 3], got[5 * r + 4] };
+        all[r] = (dt_ckpt_piece){ got[5 * r + 1], got[5 * r + 2], got[5 * r + 3], got[5 * r + 4] };
     }
     if (!st && !gs && failed >= 0) st = dt_error(DT_ERR_IO, "checkpoint: rank %d could not write its part (its message says why)", failed);
     if (!st) st = gs;
     if (!st && sliced) { /* every write is on disk (the allgather above): the pieces' hashes, read back */
-        piece mp;
+        dt_ckpt_piece mp;
         st = hash_pieces(tmp, w, nb, G, &mp);
         uint64_t h5[5] = { st != DT_OK, mp.off, mp.count, mp.hash, mp.phash };
         dt_status as = dt_comm_allgather(w, h5, got, 5, DT_I64);
         for (int r = 0; !as && r < p; r++) {
             if (got[5 * r] && !st) st = dt_error(DT_ERR_IO, "checkpoint: rank %d could not hash its piece (its message says why)", r);
-            all[r] = (piece){ got[5 * r + 1], got[5 * r + 2], got[5 * r + 3], got[5 * r + 4] };
+            all[r] = (dt_ckpt_piece){ got[5 * r + 1], got[5 * r + 2], got[5 * r + 3], got[5 * r + 4] };
         }
         if (!st) st = as;
         ps = true; /* params.f32 in pieces too */
@@ -644,7 +459,10 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
     if (!st) st = dt_ckpt_codec_collect(w, cm, &side.codec, &side.ncodec);
     if (!st) st = dt_ckpt_table_collect(w, cm, sliced, &side.tensors, &side.ntensors);
     *written = 0;
-    if (rank == 0 && !st) st = commit(dir, tmp, name, c, nranks, cm, e, pos, phash, bhash, all, p, ps, &side, written);
+    size_t nbytes[3] = { G * sizeof(float), G * sizeof(float) * (size_t)nb, cm->nbuffers * sizeof(float) };
+    dt_ckpt_manifest_in in = { c, nranks, dt_engine_strategy_name(e), cm, o, dt_engine_loss_scale(e), pos, { phash, 0, bhash },
+                               { nbytes[0], nbytes[1], nbytes[2] }, all, p, ps, &side };
+    if (rank == 0 && !st) st = commit(dir, tmp, name, &in, written);
     free(side.units), free(side.codec), free(side.tensors);
     if (rank == 0 && st) remove_tree(tmp);
     /* this rank's own bytes: its slices, and rank 0 the whole parameters unless they are in slices */
