@@ -364,6 +364,37 @@ static dt_status hash_pieces(const char *tmp, dt_comm *w, int nb, size_t G, dt_c
     return st ? st : hash_piece(path, nb, G, a, b, &mine->hash);
 }
 
+/* The temporary directory tmp (rank 0's, named by its pid) made by rank 0 for step folder name, every rank of w told. */
+static dt_status make_tmp(const char *dir, const char *name, dt_comm *w, char tmp[4096]) {
+    int64_t pid = getpid();
+    dt_status st = w ? dt_comm_broadcast(w, &pid, 1, DT_I64, 0) : DT_OK;
+    if (st) return st;
+    if (snprintf(tmp, 4096, "%s/.tmp-%s.%lld", dir, name, (long long)pid) >= 4096) st = dt_error(DT_ERR_ARG, "%s: path too long", dir);
+    if ((!w || dt_comm_rank(w) == 0) && !st) {
+        remove_tree(tmp);
+        if (mkdir(tmp, 0755) != 0) st = dt_error(DT_ERR_IO, "%s: cannot create %s: %s", dir, tmp, strerror(errno));
+    }
+    return agree(w, st, "create the checkpoint's directory");
+}
+
+/* Every rank's piece into all (rank order) and whether it got there (st, this rank's): the first rank that failed is
+ * named ("rank R " what), on every rank. */
+static dt_status exchange_pieces(dt_comm *w, dt_status st, dt_ckpt_piece mine, dt_ckpt_piece *all, const char *what) {
+    int p = w ? dt_comm_size(w) : 1;
+    uint64_t me[5] = { st != DT_OK, mine.off, mine.count, mine.hash, mine.phash }, *got = malloc(sizeof *got * 5 * (size_t)p);
+    dt_status gs = got ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
+    if (!gs && w) gs = dt_comm_allgather(w, me, got, 5, DT_I64);
+    else if (!gs) memcpy(got, me, sizeof me);
+    int failed = -1;
+    for (int r = 0; !gs && r < p; r++) {
+        if (got[5 * r] && failed < 0) failed = r;
+        all[r] = (dt_ckpt_piece){ got[5 * r + 1], got[5 * r + 2], got[5 * r + 3], got[5 * r + 4] };
+    }
+    free(got);
+    if (!st && !gs && failed >= 0) st = dt_error(DT_ERR_IO, "checkpoint: rank %d %s (its message says why)", failed, what);
+    return st ? st : gs;
+}
+
 /* w: the ranks that share a sharded optimizer (each writes its slice), or
  * NULL (rank 0 alone writes everything: one slice, the whole store); for a
  * tensor-parallel model (its table's slices are not the whole model) every
@@ -384,18 +415,10 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
         return dt_error(DT_ERR_ARG, "checkpoint: strategy %s shards the optimizer: all its ranks save together",
                         dt_engine_strategy_name(e));
     int rank = w ? dt_comm_rank(w) : 0, p = w ? dt_comm_size(w) : 1;
-    int64_t pid = getpid();
-    dt_status st = w ? dt_comm_broadcast(w, &pid, 1, DT_I64, 0) : DT_OK; /* one temporary directory: rank 0's */
-    if (st) return st;
     char tmp[4096], path[4200], name[32];
     snprintf(name, sizeof name, "step-%08d", pos->step);
-    if (snprintf(tmp, sizeof tmp, "%s/.tmp-%s.%lld", dir, name, (long long)pid) >= (int)sizeof tmp)
-        st = dt_error(DT_ERR_ARG, "%s: path too long", dir);
-    if (rank == 0 && !st) {
-        remove_tree(tmp);
-        if (mkdir(tmp, 0755) != 0) st = dt_error(DT_ERR_IO, "%s: cannot create %s: %s", dir, tmp, strerror(errno));
-    }
-    if ((st = agree(w, st, "create the checkpoint's directory"))) return st;
+    dt_status st = make_tmp(dir, name, w, tmp);
+    if (st) return st;
     const float *P = m.params(m.self), *bufs[2] = { dt_optim_buffer(o, 0), dt_optim_buffer(o, 1) };
     int nb = bufs[1] ? 2 : 1;
     uint64_t phash = 0, bhash = 0, hp = 0, h = dt_hash_words(DT_HASH_INIT, bufs[0], n);
@@ -430,27 +453,10 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
     if (!st && (!sliced || sharded || dp0)) st = dt_ckpt_file_slice(path, 1, &m, (float *const *)bufs, nb, rg, nrg);
     /* every rank's slice, and whether it is on disk: the manifest needs the one, the commit the other */
     dt_ckpt_piece *all = calloc((size_t)p, sizeof *all);
-    uint64_t mine[5] = { st != DT_OK, off, n, h, hp }, *got = malloc(sizeof *got * 5 * (size_t)p);
-    dt_status gs = all && got ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
-    if (!gs && w) gs = dt_comm_allgather(w, mine, got, 5, DT_I64);
-    else if (!gs) memcpy(got, mine, sizeof mine);
-    int failed = -1;
-    for (int r = 0; !gs && r < p; r++) {
-        if (got[5 * r] && failed < 0) failed = r;
-        all[r] = (dt_ckpt_piece){ got[5 * r + 1], got[5 * r + 2], got[5 * r + 3], got[5 * r + 4] };
-    }
-    if (!st && !gs && failed >= 0) st = dt_error(DT_ERR_IO, "checkpoint: rank %d could not write its part (its message says why)", failed);
-    if (!st) st = gs;
-    if (!st && sliced) { /* every write is on disk (the allgather above): the pieces' hashes, read back */
+    st = all ? exchange_pieces(w, st, (dt_ckpt_piece){ off, n, h, hp }, all, "could not write its part") : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
+    if (!st && sliced) { /* every write is on disk (the exchange above): the pieces' hashes, read back */
         dt_ckpt_piece mp;
-        st = hash_pieces(tmp, w, nb, G, &mp);
-        uint64_t h5[5] = { st != DT_OK, mp.off, mp.count, mp.hash, mp.phash };
-        dt_status as = dt_comm_allgather(w, h5, got, 5, DT_I64);
-        for (int r = 0; !as && r < p; r++) {
-            if (got[5 * r] && !st) st = dt_error(DT_ERR_IO, "checkpoint: rank %d could not hash its piece (its message says why)", r);
-            all[r] = (dt_ckpt_piece){ got[5 * r + 1], got[5 * r + 2], got[5 * r + 3], got[5 * r + 4] };
-        }
-        if (!st) st = as;
+        st = exchange_pieces(w, hash_pieces(tmp, w, nb, G, &mp), mp, all, "could not hash its piece");
         ps = true; /* params.f32 in pieces too */
     }
     /* every stage's second-order and codec state and the whole table, for the manifest */
@@ -468,7 +474,6 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
     /* this rank's own bytes: its slices, and rank 0 the whole parameters unless they are in slices */
     *written += n * sizeof(float) * (size_t)(nb + ps) + (rank == 0 ? ((ps ? 0 : m.nparams) + cm->nbuffers) * sizeof(float) : 0);
     free(all);
-    free(got);
     return agree(w, st, "commit the checkpoint");
 }
 
