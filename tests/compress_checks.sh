@@ -333,7 +333,7 @@ verdict $ok "DP 2 x PP 2 interleaved (2 chunks a stage) with PowerSGD saved at s
 verdict $ok "the interleaved run's codec state resumed by 1F1B: afresh, said with the flags that keep it ($(grep -m1 -o "starts afresh.*" "$dir/il1f1b.out"))"
 cp -r "$dir/savedppw10" "$dir/ppdp10"
 "$DTRAIN" train --resume "$dir/ppdp10" --nproc 2 --pp 1 --steps 12 > "$dir/ppdp.out" 2>&1 &&
-    grep -q "saved by 2 pipeline stages of 1 chunk; this run's stage 0 of 1: its state starts afresh" "$dir/ppdp.out" && ok=1 || ok=0
+    grep -q "saved by 2 pipeline stages of 1 chunk; this run has no pipeline: its state starts afresh" "$dir/ppdp.out" && ok=1 || ok=0
 verdict $ok "DP 2 resumed from DP 2 x PP 2: the codec's state not forced on another split, said ($(grep -m1 -o "saved by 2 pipeline.*" "$dir/ppdp.out" | cut -c1-90))"
 flip "$dir/savedppw10/step-00000010/codec-stage1of2.f32" 100 2
 "$DTRAIN" train --resume "$dir/savedppw10" --nproc 4 --pp 2 --quiet > "$dir/ppflip.out" 2>&1

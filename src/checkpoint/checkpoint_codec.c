@@ -173,10 +173,11 @@ static dt_status piece_of(const cJSON *x, const char *mpath, const dt_checkpoint
         snprintf(keep, sizeof keep, " (--pp-schedule interleaved --virtual-stages %.0f keeps it)", chunks);
     else if (stages == want && chunks != wchunks)
         snprintf(keep, sizeof keep, " (a schedule of one chunk a stage keeps it)");
+    char mine[64] = "this run has no pipeline";
+    if (want > 1) snprintf(mine, sizeof mine, "this run's stage %d of %d%s", stage, want, wchunks > 1 ? " in chunks" : "");
     if (!*out && (stage == 0 || stages == want))
-        dt_log(DT_LOG_WARN, "%s: the codec's state was saved by %.0f pipeline stage%s of %.0f chunk%s%s; this run's stage %d of %d%s: its "
-               "state starts afresh%s", mpath, stages, stages == 1 ? "" : "s", chunks, chunks == 1 ? "" : "s", e ? "" : " without this stage's",
-               stage, want, wchunks > 1 ? " in chunks" : "", keep);
+        dt_log(DT_LOG_WARN, "%s: the codec's state was saved by %.0f pipeline stage%s of %.0f chunk%s%s; %s: its state starts afresh%s",
+               mpath, stages, stages == 1 ? "" : "s", chunks, chunks == 1 ? "" : "s", e ? "" : " without this stage's", mine, keep);
     return DT_OK;
 }
 
