@@ -299,7 +299,8 @@ run ppzo "${pp[@]}" "${zo[@]}" && first=$(field loss "$dir/ppzo.jsonl" | head -1
     awk "BEGIN{exit !($last < $first - 1.5)}" && ok=1
 verdict $ok "DP 2 x PP 2, 0/1 Adam with local steps trains (loss ${first:-?} -> ${last:-?}) and every stage's replicas end identical"
 # a checkpoint holds each stage's codec state (the stage's first rank writes codec-stageSofP.f32): PowerSGD (every
-# rank's residuals, the stage's Qs) and 1-bit Adam once frozen (momentum, server errors) saved at step 10 and resumed
+# rank's residuals, the stage's Qs), 1-bit Adam once frozen (momentum, server errors) and Ok-TopK (its shared regions
+# and threshold) saved at step 10 and resumed
 # give the uninterrupted run's losses and weights bit for bit; ckpt verify checks both stages' files; DP 2 without the
 # pipeline resumes the weights and starts the codec's state afresh, said
 ppsaved() { # NAME ARGS...: saved whole (ck$NAME) and at step 10 (ck${NAME}10), then resumed; the verdict's text in $why
@@ -316,6 +317,8 @@ ppsaved ppw "${psgd[@]}"
 verdict $ok "DP 2 x PP 2 with PowerSGD saved at step 10 (codec-stage0of2.f32, codec-stage1of2.f32) and resumed: the uninterrupted run's losses and weights bit for bit$why"
 ppsaved ppob --compress onebit --compress-start 5
 verdict $ok "DP 2 x PP 2 with 1-bit Adam saved at step 10 (frozen since 5) and resumed: the uninterrupted run's losses and weights bit for bit$why"
+ppsaved ppok --compress topk --compress-density 0.01 --compress-exchange oktopk --compress-refresh 4
+verdict $ok "DP 2 x PP 2 with Ok-TopK saved at step 10 (each stage's regions and threshold beside its residuals) and resumed: the uninterrupted run's losses and weights bit for bit$why"
 "$DTRAIN" ckpt verify "$dir/savedppw10" > "$dir/ppverify.out" 2>&1 && grep -q "codec-stage0of2.f32, codec-stage1of2.f32" "$dir/ppverify.out" && ok=1 || ok=0
 verdict $ok "ckpt verify checks each stage's codec state ($(tail -1 "$dir/ppverify.out" | sed 's/.*: whole/whole/' | cut -c1-110))"
 n=$("$DTRAIN" ckpt info "$dir/savedppob10" 2> /dev/null | grep -c "^codec-stage[01]of2.f32: --compress onebit's state, every one of 2 data-parallel ranks'")
