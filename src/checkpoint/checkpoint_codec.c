@@ -41,10 +41,7 @@ dt_status dt_checkpoint_codec_gather(dt_engine *e, dt_comm *w, dt_checkpoint_mod
     size_t R = own_size(k), Q = dt_codec_state_size(k, DT_CODEC_Q), S = dt_codec_shared_size(k), p = (size_t)cm->codec_ranks;
     bool root = !w || dt_comm_rank(w) == 0;
     float *mine = malloc((R ? R : 1) * sizeof *mine), *all = root ? malloc((p * R + Q + S + 1) * sizeof *all) : NULL;
-    int32_t ok = mine && (all || !root) && !own_io(k, mine, 0);
-    /* every rank learns whether all can, before the gather: none waits on another's failure */
-    dt_status st = w ? dt_comm_allreduce(w, &ok, &ok, 1, DT_I32, DT_MIN) : DT_OK;
-    if (!st && !ok) st = dt_error(DT_ERR_NOMEM, "checkpoint: some rank could not hold the codec's state to save");
+    dt_status st = dt_ckpt_every_rank(w, mine && (all || !root) && !own_io(k, mine, 0), "hold the codec's state to save");
     if (!st) st = w ? dt_comm_gather(w, mine, all, R, DT_F32, 0) : (memcpy(all, mine, R * sizeof *mine), DT_OK);
     if (!st && root) st = dt_codec_state_io(k, DT_CODEC_Q, all + p * R, 0);
     if (!st && root) st = dt_codec_shared_io(k, all + p * R + Q, S, 0);
@@ -68,7 +65,7 @@ dt_status dt_ckpt_codec_collect(dt_comm *w, const dt_checkpoint_model *cm, dt_ck
     if (mine[0]) mine[4] = dt_hash_words(DT_HASH_INIT, cm->codec_state, cm->codec_floats);
     uint64_t *all = calloc(5 * (size_t)p, sizeof *all);
     *out = calloc((size_t)p + 1, sizeof **out), *n = 0;
-    dt_status st = all && *out ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
+    dt_status st = dt_ckpt_every_rank(w, all && *out, "hold the stages' codec files' sizes");
     if (!st) st = w ? dt_comm_allgather(w, mine, all, 5, DT_I64) : (memcpy(all, mine, sizeof mine), DT_OK);
     for (int r = 0; r < p && !st; r++) /* in rank order: the stages' first ranks are in stage order */
         if (all[5 * r]) (*out)[(*n)++] = (dt_ckpt_codec_meta){ (int)all[5 * r + 1], all[5 * r + 2], all[5 * r + 3], all[5 * r + 4] };
@@ -249,9 +246,7 @@ dt_status dt_checkpoint_codec_resume(const char *sub, dt_comm *w, dt_engine *e, 
     if (!ok[1] || !k) return DT_OK;
     size_t R = own_size(k), Q = dt_codec_state_size(k, DT_CODEC_Q);
     float *mine = malloc((R + Q + S + 1) * sizeof *mine);
-    int32_t have = mine != NULL;
-    st = w ? dt_comm_allreduce(w, &have, &have, 1, DT_I32, DT_MIN) : DT_OK;
-    if (!st && !have) st = dt_error(DT_ERR_NOMEM, "checkpoint: out of memory for the codec's state");
+    st = dt_ckpt_every_rank(w, mine != NULL, "hold the codec's state to resume");
     if (!st) st = w ? dt_comm_scatter(w, all, mine, R, DT_F32, 0) : (memcpy(mine, all, R * sizeof *mine), DT_OK);
     if (!st && rank == 0) memcpy(mine + R, all + (size_t)p * R, (Q + S) * sizeof *mine);
     if (!st && w) st = dt_comm_broadcast(w, mine + R, Q + S, DT_F32, 0);

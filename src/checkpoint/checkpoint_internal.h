@@ -43,6 +43,10 @@ long dt_ckpt_global_batch(const cJSON *j);
 dt_status dt_ckpt_verify_file(const char *dir, const cJSON *j, const char *file, int nb, size_t nparams, float *const *into);
 /* The steps of dir's step-N folders, newest first (at most cap); how many. */
 int dt_ckpt_steps(const char *dir, int *steps, int cap);
+/* Collective over w (NULL: this rank alone): whether every rank could (ok: this one's, its buffers held), before a
+ * collective that a rank without them would skip, so that none waits on another's failure; the error names what
+ * ("hold the codec's state to save") on every rank. */
+dt_status dt_ckpt_every_rank(dt_comm *w, bool ok, const char *what);
 /* A codec's state (checkpoint_codec.c): what each stage's first data-parallel rank saved (collected by
  * dt_ckpt_codec_collect, collective over w, NULL: this rank's own; *out malloc'd), the manifest's codec section and files
  * entries from them, this rank's codec.f32 (a pipeline stage's codec-stageSofP.f32) in folder tmp, and every saved one

@@ -42,13 +42,13 @@ dt_status dt_ckpt_table_collect(dt_comm *w, const dt_checkpoint_model *cm, bool 
     size_t *words = calloc((size_t)p, sizeof *words);
     dt_ckpt_tensor *own = calloc((size_t)mine + 1, sizeof *own);
     *out = NULL, *n = 0;
-    dt_status st = counts && words && own ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory for the tensor table");
+    dt_status st = dt_ckpt_every_rank(p > 1 ? w : NULL, counts && words && own, "hold the tensor table");
     if (!st && p > 1) st = dt_comm_allgather(w, &c, counts, 1, DT_I64);
     else if (!st) counts[0] = mine;
     size_t total = 0;
     for (int r = 0; !st && r < p; r++) words[r] = (size_t)counts[r] * WORDS, total += (size_t)counts[r];
     dt_ckpt_tensor *all = st ? NULL : calloc(total + 1, sizeof *all);
-    if (!st && !all) st = dt_error(DT_ERR_NOMEM, "checkpoint: out of memory for the tensor table");
+    if (!st) st = dt_ckpt_every_rank(p > 1 ? w : NULL, all != NULL, "hold the tensor table");
     if (!st) entries(&cm->m, own);
     if (!st && p > 1) st = dt_comm_allgatherv(w, own, all, words, DT_I64);
     else if (!st) memcpy(all, own, (size_t)mine * sizeof *own);

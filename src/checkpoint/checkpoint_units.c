@@ -54,9 +54,9 @@ static dt_status gather_one(const dt_state_units *s, dt_comm *w, const dt_checkp
     int rank = w ? dt_comm_rank(w) : 0;
     size_t most, n = total(s, &most), at = 0;
     float *all = rank == 0 ? malloc((n + 1) * sizeof *all) : NULL, *one = rank ? malloc(most * sizeof *one) : NULL;
-    int32_t ok = rank == 0 ? all != NULL : one != NULL;
-    dt_status st = w ? dt_comm_allreduce(w, &ok, &ok, 1, DT_I32, DT_MIN) : DT_OK;
-    if (!st && !ok) st = dt_error(DT_ERR_NOMEM, "checkpoint: some rank could not hold %s's state to save", s->key);
+    char what[96];
+    snprintf(what, sizeof what, "hold %s's state to save", s->key);
+    dt_status st = dt_ckpt_every_rank(w, rank == 0 ? all != NULL : one != NULL, what);
     for (int u = 0; u < s->units && !st; u++) {
         size_t f = s->floats(s->ctx, u);
         int from = s->saver(s->ctx, u);
@@ -95,7 +95,7 @@ dt_status dt_ckpt_units_collect(dt_comm *w, const dt_checkpoint_model *cm, dt_ck
     int p = w ? dt_comm_size(w) : 1;
     uint64_t *mine = calloc(META_WORDS, sizeof *mine), *all = calloc((size_t)p * META_WORDS, sizeof *all);
     *out = calloc((size_t)p + 1, sizeof **out), *n = 0;
-    dt_status st = mine && all && *out ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
+    dt_status st = dt_ckpt_every_rank(w, mine && all && *out, "hold the second-order files' sizes");
     if (!st) pack(&cm->units, mine);
     if (!st) st = w ? dt_comm_allgather(w, mine, all, META_WORDS, DT_I64) : (memcpy(all, mine, META_WORDS * sizeof *all), DT_OK);
     for (int k = 0; k < p && !st; k++) {
@@ -301,9 +301,9 @@ static dt_status scatter_one(const dt_state_units *s, dt_comm *w, const float *a
     size_t most, at = 0;
     total(s, &most);
     float *one = malloc(most * sizeof *one);
-    int32_t ok = one != NULL;
-    dt_status st = w ? dt_comm_allreduce(w, &ok, &ok, 1, DT_I32, DT_MIN) : DT_OK;
-    if (!st && !ok) st = dt_error(DT_ERR_NOMEM, "checkpoint: some rank could not hold a unit of %s's state", s->key);
+    char what[96];
+    snprintf(what, sizeof what, "hold a unit of %s's state", s->key);
+    dt_status st = dt_ckpt_every_rank(w, one != NULL, what);
     for (int u = 0; u < s->units && !st; u++) {
         size_t f = s->floats(s->ctx, u);
         if (rank == 0) memcpy(one, all + at, f * sizeof *one);

@@ -214,6 +214,13 @@ dt_status dt_checkpoint_save(const char *dir, dt_comm *w, const dt_train_config 
     return st;
 }
 
+dt_status dt_ckpt_every_rank(dt_comm *w, bool ok, const char *what) {
+    int32_t all = ok;
+    dt_status st = w ? dt_comm_allreduce(w, &all, &all, 1, DT_I32, DT_MIN) : DT_OK;
+    if (!st && !all) st = dt_error(DT_ERR_NOMEM, "checkpoint: %s could not %s (out of memory)", ok ? "another rank" : "this rank", what);
+    return st;
+}
+
 /* Rank 0's status, on every rank of w (a failure there stops them all). */
 static dt_status agree(dt_comm *w, dt_status st, const char *what) {
     if (!w || dt_comm_size(w) == 1) return st;
@@ -382,7 +389,7 @@ static dt_status make_tmp(const char *dir, const char *name, dt_comm *w, char tm
 static dt_status exchange_pieces(dt_comm *w, dt_status st, dt_ckpt_piece mine, dt_ckpt_piece *all, const char *what) {
     int p = w ? dt_comm_size(w) : 1;
     uint64_t me[5] = { st != DT_OK, mine.off, mine.count, mine.hash, mine.phash }, *got = malloc(sizeof *got * 5 * (size_t)p);
-    dt_status gs = got ? DT_OK : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
+    dt_status gs = dt_ckpt_every_rank(w, got != NULL, "hold the ranks' pieces");
     if (!gs && w) gs = dt_comm_allgather(w, me, got, 5, DT_I64);
     else if (!gs) memcpy(got, me, sizeof me);
     int failed = -1;
@@ -453,7 +460,8 @@ static dt_status save_files(const char *dir, dt_comm *w, const dt_train_config *
     if (!st && (!sliced || sharded || dp0)) st = dt_ckpt_file_slice(path, 1, &m, (float *const *)bufs, nb, rg, nrg);
     /* every rank's slice, and whether it is on disk: the manifest needs the one, the commit the other */
     dt_ckpt_piece *all = calloc((size_t)p, sizeof *all);
-    st = all ? exchange_pieces(w, st, (dt_ckpt_piece){ off, n, h, hp }, all, "could not write its part") : dt_error(DT_ERR_NOMEM, "checkpoint: out of memory");
+    dt_status as = dt_ckpt_every_rank(w, all != NULL, "hold the ranks' pieces");
+    st = as ? as : exchange_pieces(w, st, (dt_ckpt_piece){ off, n, h, hp }, all, "could not write its part");
     if (!st && sliced) { /* every write is on disk (the exchange above): the pieces' hashes, read back */
         dt_ckpt_piece mp;
         st = exchange_pieces(w, hash_pieces(tmp, w, nb, G, &mp), mp, all, "could not hash its piece");
