@@ -270,12 +270,6 @@ static double measure_busy_slowdown(int cores) {
     return nb == 0 ? 1 : done == PAIRS ? fmax(1, dt_median(ratio, PAIRS)) : 0;
 }
 
-/* This machine: cores, memory available (a cgroup's limit included), the GEMM peaks, bandwidth and attention (measured once per
- * CPU, about a second, and cached with the peaks), links from the communication calibration. */
-/* The memory streams' rates: $DTRAIN_MEMORY_BANDWIDTH (bytes a second) for all of them instead of measuring, as
- * $DTRAIN_PEAK_GFLOPS does for the peak; else each measured once on this CPU and kept beside the GEMM peak
- * (~/.cache/dtrain/peak.json; a sanitized build's own file, src/obs/peak.c): the bandwidth with all the cores, the
- * optimizer's own rate on one core and on all, fresh pages' 16-bit copies and the pool's lending on one. */
 /* The cache's key of a figure measured with every core: how many it was is in it (memory_gbs_2_cores), since the cache is
  * the CPU's and a container's quota gives a process fewer cores than the same CPU has outside it. */
 static const char *cores_key(char out[64], const char *what, int cores, const char *tail) {
@@ -283,6 +277,10 @@ static const char *cores_key(char out[64], const char *what, int cores, const ch
     return out;
 }
 
+/* The memory streams' rates: $DTRAIN_MEMORY_BANDWIDTH (bytes a second) for all of them instead of measuring, as
+ * $DTRAIN_PEAK_GFLOPS does for the peak; else each measured once on this CPU and kept beside the GEMM peak
+ * (~/.cache/dtrain/peak.json; a sanitized build's own file, src/obs/peak.c): the bandwidth with all the cores, the
+ * optimizer's own rate on one core and on all, fresh pages' 16-bit copies and the pool's lending on one. */
 static dt_status measure_streams(dt_plan_hardware *h) {
     const char *bw = getenv("DTRAIN_MEMORY_BANDWIDTH");
     if (bw && atof(bw) > 0) {
@@ -313,6 +311,8 @@ static dt_status measure_codecs(dt_plan_hardware *h) {
     return st;
 }
 
+/* This machine: cores, memory available (a cgroup's limit included), the GEMM peaks, bandwidth and attention (measured once per
+ * CPU, about a second, and cached with the peaks), links from the communication calibration. */
 dt_status dt_plan_this_machine(dt_plan_hardware *h) {
     double sg, bf = 0, ia, ib, g, xa, xb;
     const char *src;
