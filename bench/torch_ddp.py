@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch DDP baseline for `dtrain bench train --nproc N --baseline torch`:
 the GPT-2 of torch_gpt2.py, from the same llm.c weights, wrapped in
-DistributedDataParallel over gloo (default 25 MiB buckets), N local
+DistributedDataParallel over gloo (25 MiB buckets; one with PowerSGD's hook), N local
 processes with --threads threads each (or, with --rank R --master ADDR:PORT,
 one rank of a job across machines), AdamW, each rank on its own random
 batch. Rank 0 prints one JSON line per timed step: {"step", "ms", "loss"}.
@@ -45,7 +45,12 @@ def worker(rank, a, addr):
     torch.set_num_threads(a.threads)
     dist.init_process_group("gloo", init_method=f"tcp://{addr}", rank=rank, world_size=a.nproc)
     cfg, params = load(a.weights)
-    model = torch.nn.parallel.DistributedDataParallel(GPT2(cfg, params), bucket_cap_mb=25)
+    module = GPT2(cfg, params)
+    # with the hook, one bucket: the hook chains its allreduces in callbacks that gloo's threads run, so several
+    # buckets' chains are issued in an order that differs between ranks (gloo: "Received data size doesn't match
+    # expected size", or every rank waiting), which 124M's 20 buckets met in most runs and d6's 3 in some
+    mb = sum(x.numel() for x in module.parameters()) * 4 / 2**20 + 1 if a.powersgd else 25
+    model = torch.nn.parallel.DistributedDataParallel(module, bucket_cap_mb=mb)
     if a.powersgd:
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
         state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=a.powersgd, start_powerSGD_iter=2)
