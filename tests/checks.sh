@@ -139,6 +139,18 @@ ep_state_checks() { # NAME GROUP-FLAG WORDS
     if within5 "$plan_mib" "$run_mib"; then ok "$name, the planner with EP 2: $plan_mib MiB of state on the fullest rank (the run: $run_mib)"
     else fail "$name, the planner's memory with EP 2: $plan_mib MiB, the run's $run_mib"; fi
 }
+# A preconditioner under fp16 with a static loss scale of 1024 (divided out before it) against the same run in f32
+# ("${common[@]}" ARGS, 30 steps: $dir/f32_30.jsonl, $dir/fp16_30.jsonl): the losses within TOL.
+fp16_scaled() { # WHO TOL ARGS...
+    local who=$1 tol=$2 l
+    shift 2
+    echo '{"fp16": {"enabled": true, "loss_scale": 1024}}' > "$dir/fp16_static.json"
+    run_metrics f32_30 "$@" --steps 30 && run_metrics fp16_30 "$@" --steps 30 --config "$dir/fp16_static.json" || return 1
+    l=$(worst loss "$dir/f32_30.jsonl" "$dir/fp16_30.jsonl" 30)
+    if [ "$l" != missing ] && awk -v l="$l" -v t="$tol" 'BEGIN{exit !(l <= t)}'; then
+        ok "$who under fp16 with a loss scale of 1024: the f32 run's losses within $l over 30 steps"
+    else fail "$who under fp16 against f32: losses $l"; fi
+}
 # A preconditioner whose norm, finiteness check and clipping are the gradients' before it (Shampoo's, SOAP's): 5 steps
 # of the caller's "${common[@]}" ARGS without --grad-clip, with a clip above every norm (the same weights, bit for bit)
 # and with one below (other weights); the first step's norm in each AdamW's (the gradients', not the directions').

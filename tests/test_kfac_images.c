@@ -100,7 +100,7 @@ static void check_case(const char *dir, const char *name) {
     st = read_steps(f, &c, st, &x, &y);
     for (int s = 0; !st && s < c.steps; s++) {
         int skip = 0;
-        dt_kfac_begin(k, 1);
+        dt_kfac_begin(k, 1, 0);
         st = train_step(&c, x + (size_t)s * c.batch * c.dim, y + (size_t)s * c.batch);
         if (!st) st = dt_kfac_step(k, c.m.grads(c.m.self), c.lr, &skip);
         if (!st && skip) st = dt_error(DT_ERR_ARG, "step %d skipped", s);
@@ -147,7 +147,7 @@ static dt_status first_factors(const char *dir, const char *name, dt_kfac_scale 
     float *x = NULL;
     int32_t *y = NULL;
     st = read_steps(f, &c, st, &x, &y); /* the first step's taken */
-    if (!st) dt_kfac_begin(k, 1), st = train_step(&c, x, y);
+    if (!st) dt_kfac_begin(k, 1, 0), st = train_step(&c, x, y);
     if (!st) st = dt_kfac_step(k, c.m.grads(c.m.self), c.lr, &skip);
     dt_preconditioner p;
     if (!st) dt_kfac_preconditioner(k, &p);

@@ -58,7 +58,7 @@ static void check_case(const char *dir, const char *name) {
         float loss;
         int skip = 0;
         dt_program_zero_grad(p);
-        dt_kfac_begin(k, 1);
+        dt_kfac_begin(k, 1, 0);
         if (!(st = dt_program_forward(p, in + (size_t)s * B * T, tg + (size_t)s * B * T, B, T, &loss))) st = dt_program_backward(p, 1.0f);
         if (!st) st = dt_kfac_step(k, m.grads(m.self), lr, &skip);
         if (!st && skip) st = dt_error(DT_ERR_ARG, "step %d skipped", s);
@@ -148,7 +148,7 @@ static void failure_checks(void) {
         const dt_tensor_info *w = dt_program_block_tensor(p, 0, 0); /* the first norm's weight: q's input goes NaN */
         m.params(m.self)[w->offset] = NAN;
         dt_program_zero_grad(p);
-        dt_kfac_begin(k, 1);
+        dt_kfac_begin(k, 1, 0);
         if (!(st = dt_program_forward(p, in, tg, B, T, &loss))) st = dt_program_backward(p, 1.0f);
     }
     float *before = NULL;

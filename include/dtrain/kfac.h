@@ -66,8 +66,14 @@ dt_status dt_kfac_check(const dt_kfac_config *c, int ranks);
  * Collective over comm (it makes its own communicators). */
 dt_status dt_kfac_create(const dt_kfac_config *c, const dt_model *m, dt_comm *comm, dt_kfac **out);
 void dt_kfac_destroy(dt_kfac *k);
-/* A step of accum micro-batches starts (their factors are averaged). */
-void dt_kfac_begin(dt_kfac *k, int accum);
+/* A step of accum micro-batches starts (their factors are averaged), its output gradients carrying loss_scale (fp16's;
+ * 0: none). Under a loss scale a factor's share that is not finite (the scale's overflow) is left out; without one it
+ * is kept, and the decomposition that fails on it names the Linear. */
+void dt_kfac_begin(dt_kfac *k, int accum, double loss_scale);
+/* Collective: the step begun is skipped before dt_kfac_step (the loss scale overflowed): its reductions land, the
+ * factors keep their finite shares (a share that is not finite is left out), the decompositions stay, the step is not
+ * counted. */
+dt_status dt_kfac_drop(dt_kfac *k);
 /* Collective: the step's averaged gradients (the program's store, whole on every rank) preconditioned in place, at
  * learning rate lr (KL clipping's). *skip: a decomposition failed on some rank (named in a warning): the gradients
  * are left as they were and the caller skips the update, on every rank alike. */

@@ -56,14 +56,14 @@ typedef struct dt_micro_schedule {
     void *ctx;
 } dt_micro_schedule;
 
-/* A preconditioner of the step's gradients (K-FAC, Shampoo, SOAP): begin when a step of accum micro-batches starts;
- * apply on the whole store's averaged gradients after the strategy's finish, before the update, at the step's learning
- * rate (*skip: the step changes nothing, on every rank: 1 a failure it has said, 2 by design, SOAP's measuring first
- * step). It needs every gradient on every rank (strategies single, ddp and zero1) and the update after backward (the
- * engine turns step_at_end on). */
+/* A preconditioner of the step's gradients (K-FAC, Shampoo, SOAP): begin when a step of accum micro-batches starts,
+ * whose backward carries loss_scale (fp16's loss scale; 0: none); apply on the whole store's averaged gradients after
+ * the strategy's finish, divided by the scale, before the update, at the step's learning rate (*skip: the step changes
+ * nothing, on every rank: 1 a failure it has said, 2 by design, SOAP's measuring first step). It needs every gradient
+ * on every rank (strategies single, ddp and zero1) and the update after backward (the engine turns step_at_end on). */
 typedef struct {
     const char *name; /* for its errors: "K-FAC", "Shampoo", "SOAP" */
-    void (*begin)(void *ctx, int accum);
+    void (*begin)(void *ctx, int accum, double loss_scale);
     dt_status (*apply)(void *ctx, float *grads, float lr, int *skip);
     void *ctx;
     dt_state_units state; /* what checkpoints hold of it */
@@ -74,6 +74,9 @@ typedef struct {
      * whose input is the gradient); 0: the directions' after it (K-FAC's, whose KL clipping bounds them). */
     int raw_norm;
     int experts; /* it steps an expert-parallel rank's own experts where they are (SOAP); 0: it needs them whole */
+    /* Collective: the step begun was skipped before apply (the loss scale overflowed): what it observed is let go and
+     * the step not counted (NULL: it keeps nothing of a step before apply). */
+    dt_status (*drop)(void *ctx);
 } dt_preconditioner;
 
 /* The first gradient bucket's bytes the runs ask for (small, so that the first allreduce starts early in backward). */

@@ -53,6 +53,8 @@ struct dt_kfac {
     long steps;
     bool collect;               /* inside a step whose factors are updated */
     int accum;
+    float g_unscale;            /* 1 / the step's loss scale^2: its output gradients carry the scale (fp16's) */
+    bool scaled;                /* the step has a loss scale: a share that is not finite is its overflow's */
     float *cov, *t1, *t2;
     kfac_flight fly[IN_FLIGHT]; /* a ring of the reductions under way, the oldest at head (one process: fly[0]'s buffer packs) */
     int head, nfly;
@@ -97,11 +99,14 @@ static void pack_upper(const float *cov, int n, float *packed) {
 
 /* The worker's running average F [n, n] (upper) takes the micro-batch's share of the new factor, packed: on its first
  * share of a step F = decay F (init: the identity before, the factors' first step), then F += (1 - decay) /
- * (micro-batches x ranks) x the ranks' sum. */
+ * (micro-batches x ranks) x the ranks' sum. Under a loss scale a share that is not finite (its overflow, whose step is
+ * skipped) is left out: F keeps its average. */
 static void add_share(const dt_kfac *k, float *F, int n, const float *packed, bool first, bool init) {
     float decay = k->c.factor_decay, c = (1.0f - decay) / (float)(k->accum * k->ranks);
     if (init)
         for (int i = 0; i < n; i++) F[(size_t)i * n + i] = 1.0f;
+    for (size_t q = 0; q < tri(n) && k->scaled; q++)
+        if (!isfinite(packed[q])) return;
     size_t q = 0;
     for (int i = 0; i < n; i++)
         for (int j = i; j < n; j++, q++) {
@@ -195,12 +200,12 @@ static dt_status observe_input(dt_kfac *k, kfac_op *o, const dt_linear_event *e)
  * ranks (each rank's loss is its share's mean): kfac-pytorch's G is the global batch's mean with 1 / ranks^2 (and a
  * convolution's 1 / spatial^2). The Fisher's takes each example's own gradient, the rank's times its samples
  * (rows x pieces / spatial) and the micro-batches (each's loss carries 1 / accum), and a convolution's times spatial:
- * (rows x pieces x accum)^2 over the mean's rows x pieces. */
+ * (rows x pieces x accum)^2 over the mean's rows x pieces. Either way without the step's loss scale (squared). */
 static float g_alpha(const dt_kfac *k, const dt_linear_event *e) {
     float rows = (float)e->rows * (float)e->pieces;
-    if (k->c.scale == DT_KFAC_SCALE_FISHER) return rows * (float)k->accum * (float)k->accum;
+    if (k->c.scale == DT_KFAC_SCALE_FISHER) return rows * (float)k->accum * (float)k->accum * k->g_unscale;
     float s = e->spatial > 1 ? (float)e->spatial : 1.0f;
-    return 1.0f / (s * s * rows * (float)k->ranks * (float)k->ranks);
+    return k->g_unscale / (s * s * rows * (float)k->ranks * (float)k->ranks);
 }
 
 /* A layer of several parts shows them in one piece (they share k->cov in turn). */
@@ -356,9 +361,9 @@ static void scale_all(dt_kfac *k, float *grads, float nu) {
     }
 }
 
-static void end_step(dt_kfac *k) {
+static void end_step(dt_kfac *k, bool counted) {
     for (int i = 0; i < k->nops; i++) k->ops[i].a_seen = k->ops[i].g_seen = 0;
-    k->steps++;
+    k->steps += counted;
     k->collect = false;
 }
 
@@ -368,7 +373,7 @@ dt_status dt_kfac_step(dt_kfac *k, float *grads, float lr, int *skip) {
     if (!st && k->steps % k->c.inv_every == 0) st = decompositions(k, skip);
     if (st) return st;
     if (*skip) {
-        end_step(k);
+        end_step(k, true);
         return DT_OK;
     }
     double vg = 0;
@@ -387,13 +392,22 @@ dt_status dt_kfac_step(dt_kfac *k, float *grads, float lr, int *skip) {
         double nu = sqrt(k->c.kl_clip / fabs(vg));
         if (nu < 1) scale_all(k, grads, (float)nu);
     }
-    end_step(k);
+    end_step(k, true);
     return st;
 }
 
-void dt_kfac_begin(dt_kfac *k, int accum) {
+void dt_kfac_begin(dt_kfac *k, int accum, double loss_scale) {
     k->accum = accum > 0 ? accum : 1;
+    k->scaled = loss_scale > 0;
+    k->g_unscale = k->scaled ? (float)(1.0 / (loss_scale * loss_scale)) : 1.0f;
     k->collect = k->steps % k->c.factor_every == 0;
+}
+
+/* The factors' finite shares stay (a batch's true curvature: the overflow was the scale's), the rest were left out. */
+dt_status dt_kfac_drop(dt_kfac *k) {
+    dt_status st = land_all(k);
+    end_step(k, false);
+    return st;
 }
 
 /* ---- making it ---- */
@@ -517,7 +531,8 @@ dt_status dt_kfac_create(const dt_kfac_config *c, const dt_model *m, dt_comm *co
     dt_kfac *k = calloc(1, sizeof *k);
     if (!k) return dt_error(DT_ERR_NOMEM, "K-FAC: out of memory");
     int gw = (int)lround(c->workers * ranks);
-    *k = (dt_kfac){ .c = *c, .ranks = ranks, .P = ranks / (gw < 1 ? 1 : gw), .rank = comm ? dt_comm_rank(comm) : 0, .accum = 1 };
+    *k = (dt_kfac){ .c = *c, .ranks = ranks, .P = ranks / (gw < 1 ? 1 : gw), .rank = comm ? dt_comm_rank(comm) : 0, .accum = 1,
+                    .g_unscale = 1 };
     if (ranks > 1) st = communicators(k, comm);
     if (!st) st = take_linears(k, m);
     if (!st) st = place(k);
@@ -575,7 +590,8 @@ void dt_kfac_destroy(dt_kfac *k) {
     free(k);
 }
 
-static void precond_begin(void *ctx, int accum) { dt_kfac_begin(ctx, accum); }
+static void precond_begin(void *ctx, int accum, double loss_scale) { dt_kfac_begin(ctx, accum, loss_scale); }
+static dt_status precond_drop(void *ctx) { return dt_kfac_drop(ctx); }
 static dt_status precond_apply(void *ctx, float *grads, float lr, int *skip) { return dt_kfac_step(ctx, grads, lr, skip); }
 static void precond_inside(void *ctx, double *fwd, double *bwd) {
     dt_kfac *k = ctx;
@@ -621,7 +637,7 @@ static void unit_set_steps(void *ctx, long t) { ((dt_kfac *)ctx)->steps = t; }
 void dt_kfac_preconditioner(dt_kfac *k, dt_preconditioner *out) {
     *out = (dt_preconditioner){ "K-FAC", precond_begin, precond_apply, k,
                                 { "kfac", k->nops, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, k, 0 },
-                                precond_inside, 0, 0, 1 };
+                                precond_inside, 0, 0, 1, precond_drop };
 }
 
 void dt_kfac_set_stages(dt_kfac *k, dt_comm *stages) { k->stages = stages && dt_comm_size(stages) > 1 ? stages : NULL; }

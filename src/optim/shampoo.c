@@ -365,7 +365,7 @@ int dt_shampoo_blocks(const dt_shampoo *s) { return s->nb; }
 size_t dt_shampoo_state_bytes(const dt_shampoo *s) { return s->bytes; }
 size_t dt_shampoo_state_bytes_most(const dt_shampoo *s) { return s->most; }
 
-static void precond_begin(void *ctx, int accum) { (void)ctx, (void)accum; }
+static void precond_begin(void *ctx, int accum, double loss_scale) { (void)ctx, (void)accum, (void)loss_scale; }
 static dt_status precond_apply(void *ctx, float *grads, float lr, int *skip) {
     (void)lr;
     return dt_shampoo_step(ctx, grads, skip);
@@ -414,5 +414,5 @@ static void unit_set_steps(void *ctx, long t) { ((dt_shampoo *)ctx)->t = t; }
 
 void dt_shampoo_preconditioner(dt_shampoo *s, dt_preconditioner *out) {
     *out = (dt_preconditioner){ "Shampoo", precond_begin, precond_apply, s,
-                                { "shampoo", s->nunits, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, s, 0 }, NULL, 0, 1, 1 };
+                                { "shampoo", s->nunits, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, s, 0 }, NULL, 0, 1, 1, NULL };
 }

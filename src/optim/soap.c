@@ -361,7 +361,7 @@ dt_status dt_soap_step(dt_soap *s, float *grads, float lr, int *skip) {
     return s->ranks > 1 && !first ? exchange(s, grads) : DT_OK;
 }
 
-static void precond_begin(void *ctx, int accum) { (void)ctx, (void)accum; }
+static void precond_begin(void *ctx, int accum, double loss_scale) { (void)ctx, (void)accum, (void)loss_scale; }
 static dt_status precond_apply(void *ctx, float *grads, float lr, int *skip) { return dt_soap_step(ctx, grads, lr, skip); }
 
 /* ---- its state in checkpoints: a unit a tensor (a rotated matrix's L, QL, then R, QR, of the sides it rotates, then
@@ -411,5 +411,5 @@ static void unit_set_steps(void *ctx, long t) { ((dt_soap *)ctx)->steps = t; }
 
 void dt_soap_preconditioner(dt_soap *s, dt_preconditioner *out) {
     *out = (dt_preconditioner){ "SOAP", precond_begin, precond_apply, s,
-                                { "soap", s->nunits, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, s, 0 }, NULL, 0, 1, 1 };
+                                { "soap", s->nunits, unit_floats, unit_saver, unit_loads, unit_io, unit_steps, unit_set_steps, s, 0 }, NULL, 0, 1, 1, NULL };
 }

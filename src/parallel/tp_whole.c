@@ -287,9 +287,14 @@ void dt_tp_whole_destroy(dt_tp_whole *w) {
 
 /* ---- a preconditioner of whole tensors over the slices ---- */
 
-static void wrap_begin(void *ctx, int accum) {
+static void wrap_begin(void *ctx, int accum, double loss_scale) {
     dt_tp_whole *w = ctx;
-    w->inner.begin(w->inner.ctx, accum);
+    w->inner.begin(w->inner.ctx, accum, loss_scale);
+}
+
+static dt_status wrap_drop(void *ctx) {
+    dt_tp_whole *w = ctx;
+    return w->inner.drop ? w->inner.drop(w->inner.ctx) : DT_OK;
 }
 
 static dt_status wrap_apply(void *ctx, float *grads, float lr, int *skip) {
@@ -308,6 +313,7 @@ static void wrap_inside(void *ctx, double *fwd, double *bwd) {
 
 void dt_tp_whole_preconditioner(dt_tp_whole *w, const dt_preconditioner *inner, dt_preconditioner *out) {
     w->inner = *inner;
-    *out = (dt_preconditioner){ inner->name, wrap_begin, wrap_apply, w, inner->state, wrap_inside, .slices = 1, .raw_norm = inner->raw_norm, .experts = inner->experts };
+    *out = (dt_preconditioner){ inner->name, wrap_begin, wrap_apply, w, inner->state, wrap_inside, .slices = 1, .raw_norm = inner->raw_norm, .experts = inner->experts,
+                                .drop = inner->drop ? wrap_drop : NULL };
     out->state.copy = w->rank != 0; /* the group's ranks hold the same state: its first saves it */
 }

@@ -44,6 +44,7 @@ struct dt_engine {
     dt_loss_scale_config lsc;
     dt_loss_scale ls;
     int scaling;
+    int unscaled;    /* this step's gradients were divided by the scale before its preconditioner (norm_first) */
     float lr;        /* this step's (dt_engine_begin_micro passes it on) */
     dt_codec_config codec; /* the strategy's (cfg.codec points here), completed from the optimizer's settings (take_codec) */
     int zo_sync;     /* 0/1 Adam: this step ends a local interval */
@@ -163,7 +164,6 @@ static dt_status check_precond(dt_engine *e) {
     const char *why = strcmp(e->s->name, "single") && strcmp(e->s->name, "ddp") && strcmp(e->s->name, "zero1") ? "a strategy that shards the gradients"
                       : c->ep > 1 && !experts                               ? "expert parallelism (a rank holds its own experts)"
                       : (sliced || (c->mp_comm && !c->schedule && !experts)) && !c->precond->slices ? "tensor parallelism (a rank holds slices)"
-                      : c->loss_scale                                       ? "a loss scale (fp16)"
                       : c->grad_store != DT_F32                             ? "16-bit gradients (--grad-store)"
                       : c->codec && c->codec->kind != DT_CODEC_NONE         ? "gradient compression"
                                                                             : NULL;
@@ -312,6 +312,9 @@ static dt_status unscale(dt_engine *e, dt_step_result *r, int *skip, double *fac
     return DT_OK;
 }
 
+/* The update's gradients still carry the loss scale. */
+static int scaled(const dt_engine *e) { return e->scaling && !e->unscaled; }
+
 /* The update from 16-bit gradients (the strategy's): the global norm first
  * (the loss scale's overflow check, clipping, skipping), then one pass that
  * widens a chunk, unscales and clips it (one factor) and updates. */
@@ -322,13 +325,13 @@ static dt_status update_lp(dt_engine *e, float lr, dt_step_result *r, uint16_t *
     dt_status st = global_norm(e, g, t, &r->norm);
     if (st) return st;
     int skip = 0;
-    if (e->scaling && (st = unscale(e, r, &skip, &f))) return st;
+    if (scaled(e) && (st = unscale(e, r, &skip, &f))) return st;
     if (skip || (c->skip_nonfinite && !(isfinite(r->loss) && isfinite(r->norm)))) {
         memset(g, 0, e->n * sizeof *g); /* the f32 store holds nothing between steps */
         r->skipped = 1;
         return DT_OK;
     }
-    if (!e->scaling && c->grad_clip > 0 && c->grad_clip / (r->norm + 1e-6) < 1) f = c->grad_clip / (r->norm + 1e-6);
+    if (!scaled(e) && c->grad_clip > 0 && c->grad_clip / (r->norm + 1e-6) < 1) f = c->grad_clip / (r->norm + 1e-6);
     dt_optim_step_lp(e->opt, p, g, t, (float)f, lr);
     return e->s->after_update ? e->s->after_update(e->state) : DT_OK;
 }
@@ -341,14 +344,14 @@ static dt_status update_runs(dt_engine *e, float lr, float clip, dt_step_result 
     dt_status st = summed_norm(e, runs_sumsq(e, G), &r->norm);
     int skip = 0;
     double f = 1;
-    if (!st && e->scaling) st = unscale(e, r, &skip, &f);
+    if (!st && scaled(e)) st = unscale(e, r, &skip, &f);
     if (st) return st;
     if (skip || (c->skip_nonfinite && !(isfinite(r->loss) && isfinite(r->norm)))) {
         memset(G, 0, c->model.nparams * sizeof *G); /* the other shards' too */
         r->skipped = 1;
         return DT_OK;
     }
-    if (!e->scaling && clip > 0 && clip / (r->norm + 1e-6) < 1) f = clip / (r->norm + 1e-6); /* (dt_grad_clip's factor) */
+    if (!scaled(e) && clip > 0 && clip / (r->norm + 1e-6) < 1) f = clip / (r->norm + 1e-6); /* (dt_grad_clip's factor) */
     dt_optim_begin(e->opt);
     size_t v = 0;
     for (int j = 0; j < e->nrg; v += e->rg[j++].n) {
@@ -371,12 +374,12 @@ static dt_status update(dt_engine *e, float lr, float clip, dt_step_result *r) {
     if (e->nrg > 1) return update_runs(e, lr, clip, r);
     float *p = c->model.params(c->model.self) + e->off, *g = c->model.grads(c->model.self) + e->off;
     dt_status st = DT_OK;
-    if (c->skip_nonfinite || e->s->reduce_sum || e->scaling || c->mp_comm) {
+    if (c->skip_nonfinite || e->s->reduce_sum || scaled(e) || c->mp_comm) {
         /* the global norm first: it may stop the update, and a sharded slice's own pass could not give it */
         if ((st = global_norm(e, g, DT_F32, &r->norm))) return st;
         int skip = 0;
         double f = 1;
-        if (e->scaling && (st = unscale(e, r, &skip, &f))) return st;
+        if (scaled(e) && (st = unscale(e, r, &skip, &f))) return st;
         if (f != 1.0) dt_grad_scale(g, e->n, (float)f);
         if (skip || (c->skip_nonfinite && !(isfinite(r->loss) && isfinite(r->norm)))) {
             /* the whole gradient: a sharded strategy's other shards too */
@@ -384,7 +387,7 @@ static dt_status update(dt_engine *e, float lr, float clip, dt_step_result *r) {
             r->skipped = 1;
             return DT_OK;
         }
-        if (!e->scaling) dt_grad_clip(g, e->n, r->norm, clip);
+        if (!scaled(e)) dt_grad_clip(g, e->n, r->norm, clip);
         if (e->s->reduce_sum && e->sums) {
             /* LAMB/LARS over a shard: the trust ratios from whole tensors' norms */
             dt_optim_norms(e->opt, p, g, e->sums);
@@ -417,19 +420,28 @@ static dt_status precondition(dt_engine *e, float lr, dt_step_result *r, int32_t
     return st;
 }
 
-/* A preconditioner that takes the gradients as an optimizer does (raw_norm): the step's global norm, its finiteness
- * check and clipping before it, over the whole store (each rank's preconditioner reads all of it). */
-static dt_status norm_first(dt_engine *e, dt_step_result *r) {
+/* Before a preconditioner, over the whole store (each rank's preconditioner reads all of it): the loss scale's
+ * overflow check and its division (the gradients' global norm first), and where it takes the gradients as an
+ * optimizer does (raw: raw_norm) their finiteness check and clipping too. A step the overflow skips is dropped by the
+ * preconditioner (K-FAC's factors keep their finite shares). */
+static dt_status norm_first(dt_engine *e, const dt_preconditioner *pc, dt_step_result *r) {
     const dt_engine_config *c = &e->cfg;
     float *g = c->model.grads(c->model.self);
+    double S = e->scaling ? e->ls.scale : 1, f = 1; /* (the scale before unscale's update of it) */
+    int overflow = 0;
     dt_status st = global_norm(e, g + e->off, DT_F32, &r->norm);
+    if (!st && e->scaling) st = unscale(e, r, &overflow, &f); /* (f: 1 / S, times clipping's factor) */
+    if (!st && overflow && pc->drop) st = pc->drop(pc->ctx);
     if (st) return st;
-    if (c->skip_nonfinite && !(isfinite(r->loss) && isfinite(r->norm))) {
+    if (overflow || (pc->raw_norm && c->skip_nonfinite && !(isfinite(r->loss) && isfinite(r->norm)))) {
         memset(g, 0, c->model.nparams * sizeof *g);
         r->skipped = 1;
-    } else {
-        dt_grad_clip(g, c->model.nparams, r->norm, c->grad_clip);
+        return DT_OK;
     }
+    /* (K-FAC's directions are clipped after it, by the update) */
+    if (e->scaling) dt_grad_scale(g, c->model.nparams, (float)(pc->raw_norm ? f : 1 / S));
+    else if (pc->raw_norm) dt_grad_clip(g, c->model.nparams, r->norm, c->grad_clip);
+    e->unscaled = e->scaling;
     return DT_OK;
 }
 
@@ -450,7 +462,8 @@ static void step_begin(dt_engine *e, int accum, float lr) {
     params_changed(e);
     dt_codec *onebit = e->codec.kind == DT_CODEC_ONEBIT ? dt_engine_codec(e) : NULL;
     if (onebit) dt_optim_freeze_variance(e->opt, dt_codec_steps(onebit) >= e->codec.start);
-    if (e->cfg.precond) e->cfg.precond->begin(e->cfg.precond->ctx, accum);
+    e->unscaled = 0;
+    if (e->cfg.precond) e->cfg.precond->begin(e->cfg.precond->ctx, accum, e->scaling ? e->ls.scale : 0);
 }
 
 /* The run's 0/1 Adam codec (NULL: another or none). */
@@ -564,7 +577,7 @@ dt_status dt_engine_step(dt_engine *e, int accum, float lr, dt_micro_fn micro, v
     const dt_preconditioner *pc = sr.updated ? NULL : e->cfg.precond;
     bool raw = pc && pc->raw_norm;
     int32_t skip = 0;
-    if (raw && (st = norm_first(e, r))) return st;
+    if ((raw || (pc && e->scaling)) && (st = norm_first(e, pc, r))) return st;
     if (pc && !r->skipped && (st = timed_precondition(e, lr, r, &skip))) return st;
     if (sr.updated) r->norm = sr.norm;
     else if (!r->skipped && !skip) {
