@@ -3,7 +3,8 @@
 # the global batch over 20 AdamW steps, within 1e-6 relative, under DDP 2, ZeRO 1/2/3, PP 2 (GPipe, 1F1B), CP 2,
 # DP 2 x PP 2 and recomputation (the routing is each token's own, so any split of the tokens or the layers computes
 # the same sums), and with every expert chosen (no choice a rounding could flip) under micro-batches of one row;
-# the balancing loss changes the losses and, recomputed, gives the same ones; the router z-loss and DeepSeek's shared
+# the balancing loss changes the losses and, recomputed, gives the same ones, and under DDP 2, ZeRO-2/3 and EP 2 one
+# process's; the router z-loss and DeepSeek's shared
 # experts under DDP 2 (and EP 2) give one process's; a checkpoint saved by ZeRO-2 at step
 # 10 goes on under PP 2 as the uninterrupted run does; the HF folder it exports reads back with the
 # same loss and decodes as the training forward does; the experts' load is in the metrics (a step's; an evaluation's,
@@ -214,7 +215,19 @@ w=$(worst "$dir/bf2s.jsonl" "$dir/bfddp.jsonl")
 [ "$w" != missing ] && awk "BEGIN{exit !($w <= 1e-4)}" && ok=1 || ok=0
 verdict $ok "bf16, DDP 2 against one process (lr 1e-3): worst relative loss difference over 20 steps $w (held to 1e-4)"
 run bfpp --batch 2 --grad-accum 2 --nproc 2 --pp 2 --precision bf16 --lr 1e-3 && close "bf16, PP 2 (1F1B)" "$dir/bf2s.jsonl" "$dir/bfpp.jsonl"
-refused "the balancing loss over data-parallel ranks" "--moe-aux-loss 0 turns it off" train "${common[@]}" --batch 2 --nproc 2 --moe-aux-loss 0.01 --steps 1
+# the balancing loss under data parallelism: each rank's over its own micro-batch, as one process's over each of its
+# micro-batches (DDP's and Hugging Face's); EP 2 runs the experts' rows in another order (4.4e-7 without the loss,
+# 1.5e-6 with it, on a Zen 3)
+run auxref --batch 2 --grad-accum 2 --moe-aux-loss 0.05
+for l in "ddp:--nproc 2" "zero2:--nproc 2 --zero 2" "zero3:--nproc 2 --zero 3"; do
+    run "aux_${l%%:*}" --batch 2 --moe-aux-loss 0.05 ${l#*:} && close "balancing loss 0.05: ${l#*:}" "$dir/auxref.jsonl" "$dir/aux_${l%%:*}.jsonl"
+done
+if run aux_ep --batch 2 --nproc 2 --ep 2 --moe-aux-loss 0.05; then
+    w=$(worst "$dir/auxref.jsonl" "$dir/aux_ep.jsonl")
+    [ "$w" != missing ] && awk "BEGIN{exit !($w <= 1e-5)}" && ok=1 || ok=0
+    verdict $ok "balancing loss 0.05: EP 2 within $w of one process over 20 steps (held to 1e-5)"
+fi
+refused "the balancing loss over pipeline stages" "--moe-aux-loss 0 turns it off" train "${common[@]}" --batch 1 --grad-accum 2 --nproc 2 --pp 2 --moe-aux-loss 0.01 --steps 1
 # GPT-2 with GELU experts (gpt2_moe: --experts on a GPT-2 replaces its MLP by E experts of up and down, no gate): the
 # same layouts give one process's losses (lr 3e-3: at 1e-2 its 48 channels amplify a last bit into 1e-5 by step 15,
 # measured; here DDP 2 and EP 2 are bit for bit), its checkpoint decodes as its training forward does, and it has no
