@@ -4,7 +4,7 @@
 # DP 2 x PP 2 and recomputation (the routing is each token's own, so any split of the tokens or the layers computes
 # the same sums), and with every expert chosen (no choice a rounding could flip) under micro-batches of one row;
 # the balancing loss changes the losses and, recomputed, gives the same ones, and under DDP 2, ZeRO-2/3 and EP 2 one
-# process's; the router z-loss and DeepSeek's shared
+# process's; the router z-loss (and under CP 2) and DeepSeek's shared
 # experts under DDP 2 (and EP 2) give one process's; a checkpoint saved by ZeRO-2 at step
 # 10 goes on under PP 2 as the uninterrupted run does; the HF folder it exports reads back with the
 # same loss and decodes as the training forward does; the experts' load is in the metrics (a step's; an evaluation's,
@@ -96,6 +96,11 @@ d=$(paste <(field loss "$dir/ref2.jsonl") <(field loss "$dir/zref.jsonl") | head
 awk -v d="$d" 'BEGIN{exit !(d > 0)}' && ok=1 || ok=0
 verdict $ok "the z-loss adds to the first step's loss (+$d)"
 refused "the z-loss on the sigmoid router" "a softmax router's" train "${common[@]}" --batch 2 --steps 1 --moe-z-loss 0.01 --router sigmoid-bias
+# under CP 2 each rank's mean over its rows, averaged as the loss is (every expert chosen: CP's attention sums in
+# another order)
+run dense4z --batch 4 --experts-top-k 4 --moe-z-loss 0.01
+run dense_cpz --batch 4 --nproc 2 --cp 2 --experts-top-k 4 --moe-z-loss 0.01 &&
+    close "top-4 of 4, router z-loss 0.01: CP 2" "$dir/dense4z.jsonl" "$dir/dense_cpz.jsonl"
 refused "the z-loss over pipeline stages" "not in this build" train "${common[@]}" --batch 1 --grad-accum 2 --nproc 2 --pp 2 --steps 1 --moe-z-loss 0.01
 # DeepSeek-V3's router (sigmoid scores, 2 groups of which the best 1; the bias moved by every step's load, counted over
 # every rank): the layouts move it alike; saved at step 10 (the bias in the checkpoint) and resumed, as uninterrupted.

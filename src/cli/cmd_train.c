@@ -47,7 +47,7 @@ static void usage(FILE *f) {
             "  --shared-experts S DeepSeek's mixture: S shared experts of --ffn each (ungated, one MLP of S x --ffn)\n"
             "                     that every token goes through beside its routed ones; dtrain's checkpoints only\n"
             "  --moe-z-loss X     add X times the router z-loss (ST-MoE's: the mean over the layers and tokens of\n"
-            "                     the squared log-sum-exp of the router's logits); a softmax router's; not with PP or CP\n"
+            "                     the squared log-sum-exp of the router's logits); a softmax router's; not with PP\n"
             "  --router R         softmax (Mixtral's, the default) or sigmoid-bias (DeepSeek-V3's: sigmoid scores, a\n"
             "                     bias per expert that only chooses and that each step's load moves by --bias-update\n"
             "                     X (0.001); --expert-groups G, --group-top-k T: a token chooses within its T best of\n"
