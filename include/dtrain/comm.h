@@ -168,6 +168,10 @@ dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t count, dt_dtype dtype,
  * counts[r] elements (allgatherv) or gets block r of counts[r] elements, the
  * blocks laid out one after another in rank order (reduce_scatterv). */
 dt_status dt_comm_allgatherv(dt_comm *c, const void *sendbuf, void *recvbuf, const size_t *counts, dt_dtype dtype);
+/* Every rank's n elements (n its own) gathered in rank order into *all, allocated here (room for *total and one
+ * more; the caller frees it): the counts first, then the blocks. c NULL: one process, a copy. A rank that cannot hold
+ * the result says so to the others before the blocks move, and all fail alike. */
+dt_status dt_comm_allgatherv_alloc(dt_comm *c, const void *mine, size_t n, dt_dtype dtype, void **all, size_t *total);
 dt_status dt_comm_reduce_scatterv(dt_comm *c, const void *sendbuf, void *recvbuf, const size_t *counts, dt_dtype dtype,
                                   dt_op op);
 dt_status dt_comm_reduce(dt_comm *c, const void *sendbuf, void *recvbuf, size_t count,

@@ -37,26 +37,18 @@ static int by_offset(const void *a, const void *b) {
 }
 
 dt_status dt_ckpt_table_collect(dt_comm *w, const dt_checkpoint_model *cm, bool parts, dt_ckpt_tensor **out, int *n) {
-    int p = parts && w ? dt_comm_size(w) : 1, mine = entries(&cm->m, NULL);
-    int64_t *counts = calloc((size_t)p, sizeof *counts), c = mine;
-    size_t *words = calloc((size_t)p, sizeof *words);
+    int mine = entries(&cm->m, NULL);
     dt_ckpt_tensor *own = calloc((size_t)mine + 1, sizeof *own);
+    void *buf = NULL;
+    size_t words = 0;
     *out = NULL, *n = 0;
-    dt_status st = dt_ckpt_every_rank(p > 1 ? w : NULL, counts && words && own, "hold the tensor table");
-    if (!st && p > 1) st = dt_comm_allgather(w, &c, counts, 1, DT_I64);
-    else if (!st) counts[0] = mine;
-    size_t total = 0;
-    for (int r = 0; !st && r < p; r++) words[r] = (size_t)counts[r] * WORDS, total += (size_t)counts[r];
-    dt_ckpt_tensor *all = st ? NULL : calloc(total + 1, sizeof *all);
-    if (!st) st = dt_ckpt_every_rank(p > 1 ? w : NULL, all != NULL, "hold the tensor table");
+    dt_status st = dt_ckpt_every_rank(parts ? w : NULL, own != NULL, "hold the tensor table");
     if (!st) entries(&cm->m, own);
-    if (!st && p > 1) st = dt_comm_allgatherv(w, own, all, words, DT_I64);
-    else if (!st) memcpy(all, own, (size_t)mine * sizeof *own);
-    free(counts), free(words), free(own);
-    if (st) {
-        free(all);
-        return st;
-    }
+    if (!st) st = dt_comm_allgatherv_alloc(parts ? w : NULL, own, (size_t)mine * WORDS, DT_I64, &buf, &words);
+    free(own);
+    if (st) return dt_error(st, "checkpoint: the tensor table: %s", dt_last_error());
+    dt_ckpt_tensor *all = buf;
+    size_t total = words / WORDS;
     qsort(all, total, sizeof *all, by_offset);
     int kept = 0;
     for (size_t i = 0; i < total; i++)

@@ -668,6 +668,35 @@ dt_status dt_comm_allgatherv(dt_comm *c, const void *sbuf, void *rbuf, const siz
     return st;
 }
 
+/* Whether every rank of c could go on (ok on each): one allreduce, so that none waits in a collective another left. */
+static dt_status every_rank(dt_comm *c, bool ok, const char *what) {
+    int32_t all = ok;
+    dt_status st = dt_comm_allreduce(c, &all, &all, 1, DT_I32, DT_MIN);
+    if (!st && !all) st = dt_error(DT_ERR_NOMEM, "%s: %s is out of memory", what, ok ? "another rank" : "this rank");
+    return st;
+}
+
+dt_status dt_comm_allgatherv_alloc(dt_comm *c, const void *mine, size_t n, dt_dtype t, void **all, size_t *total) {
+    int p = c ? c->size : 1;
+    size_t es = dt_dtype_size(t), sum = 0;
+    int64_t own = (int64_t)n, *each = malloc(sizeof *each * (size_t)p);
+    size_t *counts = malloc(sizeof *counts * (size_t)p);
+    *all = NULL, *total = 0;
+    dt_status st = c ? every_rank(c, each && counts, "allgatherv") : each && counts ? DT_OK : dt_error(DT_ERR_NOMEM, "allgatherv: out of memory");
+    if (!st && c) st = dt_comm_allgather(c, &own, each, 1, DT_I64);
+    else if (!st) each[0] = own;
+    for (int r = 0; !st && r < p; r++) sum += counts[r] = (size_t)each[r];
+    void *buf = st ? NULL : malloc((sum + 1) * es);
+    if (!st) st = c ? every_rank(c, buf != NULL, "allgatherv") : buf ? DT_OK : dt_error(DT_ERR_NOMEM, "allgatherv: out of memory");
+    const void *src = mine ? mine : (const void *)&own; /* (nothing to send: a valid address all the same) */
+    if (!st && c) st = dt_comm_allgatherv(c, src, buf, counts, t);
+    else if (!st) memcpy(buf, src, n * es);
+    free(each), free(counts);
+    if (st) { free(buf); return st; }
+    *all = buf, *total = sum;
+    return DT_OK;
+}
+
 dt_status dt_comm_reduce_scatterv(dt_comm *c, const void *sbuf, void *rbuf, const size_t *counts, dt_dtype t, dt_op op) {
     size_t max = 0, total = 0;
     bool equal = true;

@@ -165,18 +165,11 @@ static dt_status gather(dt_comm *w, text *mine, char **all, size_t *total) {
     while (mine->n % 4) put(mine, " ");
     if (mine->failed) return dt_error(DT_ERR_NOMEM, "trace: out of memory");
     if (p == 1) { *all = mine->p; *total = mine->n; mine->p = NULL; return DT_OK; }
-    int64_t words = (int64_t)(mine->n / 4), *each = malloc(sizeof *each * (size_t)p);
-    size_t *counts = malloc(sizeof *counts * (size_t)p);
-    dt_status st = each && counts ? dt_comm_allgather(w, &words, each, 1, DT_I64) : dt_error(DT_ERR_NOMEM, "trace: out of memory");
-    size_t sum = 0;
-    for (int r = 0; !st && r < p; r++) sum += counts[r] = (size_t)each[r];
-    *all = st ? NULL : malloc(sum * 4 + 4);
-    if (!st && !*all) st = dt_error(DT_ERR_NOMEM, "trace: out of memory for %zu bytes", sum * 4);
-    if (!st) st = dt_comm_allgatherv(w, mine->p ? mine->p : "", *all, counts, DT_I32);
-    *total = sum * 4;
-    free(each);
-    free(counts);
-    return st;
+    size_t words = 0;
+    void *buf = NULL;
+    dt_status st = dt_comm_allgatherv_alloc(w, mine->p, mine->n / 4, DT_I32, &buf, &words);
+    *all = buf, *total = words * 4;
+    return st ? dt_error(st, "trace: %s", dt_last_error()) : DT_OK;
 }
 
 dt_status dt_trace_file_write(dt_trace_file *t) {
