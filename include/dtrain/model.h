@@ -376,6 +376,15 @@ int dt_gpt2_cp_position(int r, int n, int Tl, int i);
  * [B, T/n] in that order (what the loader hands a context-parallel rank). */
 void dt_gpt2_cp_rows(int32_t *x, int B, int T, int r, int n);
 
+/* A micro-batch's sums over the ranks that each hold a part of it (pipeline stages their layers, context-parallel ranks
+ * their rows): a mixture's balancing statistics, which its loss takes whole. post starts the sum of n doubles in place
+ * (every rank of the group posts its micro-batches in the same order) and gives a handle; wait ends it. */
+typedef struct {
+    void *ctx;
+    dt_status (*post)(void *ctx, double *buf, size_t n, void **handle);
+    dt_status (*wait)(void *ctx, void *handle);
+} dt_part_sums;
+
 /* What part of the model a rank builds: units [ua, ub) (a pipeline stage),
  * and tensor-parallel rank tp_rank of tp_size (Megatron: qkv and fc
  * column-parallel by heads and hidden units, the two projections
@@ -403,6 +412,9 @@ typedef struct dt_model_part {
      * the tokens of every rank of the group that route there come to it through ep; ep_size 1 (or 0): every expert */
     int ep_rank, ep_size;
     const dt_ep_ops *ep;
+    /* the ranks holding the other parts of each micro-batch (stages, context-parallel ranks; NULL: none): a mixture's
+     * balancing loss and z-loss are over the whole micro-batch */
+    const dt_part_sums *sums;
 } dt_model_part;
 /* The whole model as one part (no splitting). */
 dt_model_part dt_gpt2_whole(const dt_gpt2_config *cfg);

@@ -76,6 +76,8 @@ void dt_tp_whole_scatter(const dt_tp_whole *w, const float *whole, float *local)
 void dt_tp_whole_preconditioner(dt_tp_whole *w, const dt_preconditioner *inner, dt_preconditioner *out);
 /* Expert parallelism's exchanges (dt_ep_ops) over the expert-parallel group's communicator. */
 dt_ep_ops dt_ep_ops_over(dt_comm *ep);
+/* A micro-batch's sums (dt_part_sums) over c: the ranks holding its other parts (stages, context-parallel ranks). */
+dt_part_sums dt_part_sums_over(dt_comm *c);
 
 /* Whether ZeRO's ranks of the data-parallel communicator dp keep one
  * shared copy of the parameters (zero.c): all of them on one machine, over

@@ -119,6 +119,11 @@ typedef struct {
     int32_t *moe_int;          /* layers each expert's choices and probabilities summed [2E] and the rows that made them */
     double *moe_acc, moe_rows;
     double moe_z;              /* the z-loss's sum of every layer's rows' lse^2 over the micro-batch */
+    /* [2E + 2]: the micro-batch's choices and probabilities by expert, its rows and z-loss sum, as its losses take them:
+     * summed over the ranks holding its other parts (part.sums), or this rank's (dt_program_moe_sums_post) */
+    double *moe_sum;
+    void *moe_req;             /* that sum under way (NULL: none) */
+    const dt_part_sums *moe_ops; /* whose it is */
     struct moe_ep_keep *ep_keep; /* expert parallelism: each held block's rows kept by this rank's experts (program_moe_ep.c) */
     int ep_nkeep;
     float moe_gscale;          /* backward's grad_scale (the balancing loss's gradient is scaled with the loss's) */
@@ -249,6 +254,10 @@ typedef struct {
 void dt_program_moe_ep_forward(dt_program *p, const moe_ep_block *b, const float *xs, const float *w, float *ys);
 void dt_program_moe_ep_backward(dt_program *p, const moe_ep_block *b, float *dys, float *dw);
 void dt_program_moe_ep_free_keep(program_slot *s);
+/* The micro-batch's balance as its losses take it (slot's moe_sum): this rank's, its sum over part.sums started. */
+dt_status dt_program_moe_sums_post(dt_program *p);
+/* That sum ended (nothing under way: nothing to wait for). */
+dt_status dt_program_moe_sums_wait(program_slot *s);
 void dt_program_moe_ep_free_work(dt_program *p);
 size_t dt_program_moe_ep_bytes(const dt_program *p);
 

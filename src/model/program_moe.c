@@ -200,6 +200,13 @@ static void moe_forward(dt_program *p, int l, int k, const float *x, float *out)
     p->moe_drops[0] += m.dropped, p->moe_drops[1] += m.pairs;
 }
 
+/* The rows a rank's balancing gradients divide by: the micro-batch's (every part's rows of every layer), over the
+ * context-parallel ranks whose gradients are averaged. */
+static double grad_rows(const dt_program *p) {
+    int E = p->cfg.experts;
+    return p->s->moe_sum[2 * E] / (p->part.sums && p->part.cp_size > 1 ? p->part.cp_size : 1);
+}
+
 static void moe_backward(dt_program *p, int l, int k, const float *x, const float *dout, float *dx) {
     moe_run m = run_of(p, l, k);
     if (shared(p)) shared_backward(p, &m, x, dout, dx);
@@ -216,11 +223,14 @@ static void moe_backward(dt_program *p, int l, int k, const float *x, const floa
                                 m.order, m.start, m.wg, m.wu, m.wd, m.E, m.C, m.F, p->prec, dt_program_moe_use(p));
     }
     dt_moe_combine(dx, m.r.ys, NULL, m.idx, m.row_of, m.BT, m.K, m.C, true);
-    /* the balancing loss's gradient reaches every probability: d/dp_te = coef E f_e / N */
-    double *load = p->s->moe_acc, N = p->s->moe_rows;
+    /* the balancing loss's gradient reaches every probability: d/dp_te = coef E f_e / N, f_e the whole micro-batch's */
+    dt_status st = dt_program_moe_sums_wait(p->s);
+    if (st && !p->comm_err) p->comm_err = st;
+    const double *load = p->s->moe_sum;
+    double N = grad_rows(p);
     float daux[DT_MOE_MAX_EXPERTS];
     for (int e = 0; p->cfg.aux_coef > 0 && e < m.E; e++)
-        daux[e] = (float)(p->s->moe_gscale * p->cfg.aux_coef * m.E * (load[e] / N) / N);
+        daux[e] = (float)(p->s->moe_gscale * p->cfg.aux_coef * m.E * (load[e] / load[2 * m.E]) / N);
     if (biased(p)) dt_moe_sigmoid_backward(m.dlogits, m.probs, m.r.w, m.idx, m.r.dw, m.BT, m.E, m.K, p->cfg.norm_topk, p->cfg.routed_scale);
     else dt_moe_router_backward(m.dlogits, m.probs, m.r.w, m.idx, m.r.dw, p->cfg.aux_coef > 0 ? daux : NULL, m.BT, m.E, m.K, p->cfg.norm_topk);
     if (p->z_coef > 0 && !biased(p)) /* the z-loss: the mean of lse^2 over the micro-batch's layers and rows */
@@ -322,14 +332,39 @@ dt_status dt_program_set_z_loss(dt_program *p, float coef) {
     return DT_OK;
 }
 
-double dt_program_moe_z_loss(const dt_program *p) { return p->s && p->s->moe_rows ? p->s->moe_z / p->s->moe_rows : 0; }
+/* The balancing loss and the z-loss take the whole micro-batch: where ranks hold parts of it (pipeline stages its
+ * layers, context-parallel ranks its rows) their sums are added over them, posted when a rank's last range has run
+ * forward (every rank of the group posts its micro-batches in order) and waited for by the head's loss and the first
+ * backward that needs them; the stages' forwards all come before the last stage's head, so no wait is a cycle. */
+dt_status dt_program_moe_sums_post(dt_program *p) {
+    program_slot *s = p->s;
+    int E = p->cfg.experts;
+    if (p->recomputing) return DT_OK;
+    memcpy(s->moe_sum, s->moe_acc, 2 * (size_t)E * sizeof(double));
+    s->moe_sum[2 * E] = s->moe_rows, s->moe_sum[2 * E + 1] = s->moe_z;
+    if (!p->part.sums) return DT_OK;
+    s->moe_ops = p->part.sums;
+    return p->part.sums->post(p->part.sums->ctx, s->moe_sum, 2 * (size_t)E + 2, &s->moe_req);
+}
+
+dt_status dt_program_moe_sums_wait(program_slot *s) {
+    if (!s->moe_req) return DT_OK;
+    dt_status st = s->moe_ops->wait(s->moe_ops->ctx, s->moe_req);
+    s->moe_req = NULL;
+    return st;
+}
+
+double dt_program_moe_z_loss(const dt_program *p) {
+    int E = p->cfg.experts;
+    return p->s && p->s->moe_sum && p->s->moe_sum[2 * E] ? p->s->moe_sum[2 * E + 1] / p->s->moe_sum[2 * E] : 0;
+}
 
 double dt_program_moe_balance_loss(const dt_program *p) {
     const program_slot *s = p->s;
     int E = p->cfg.experts;
-    if (!E || !s->moe_acc || !s->moe_rows) return 0;
-    double sum = 0, N = s->moe_rows;
-    for (int e = 0; e < E; e++) sum += s->moe_acc[e] / N * (s->moe_acc[E + e] / N);
+    if (!E || !s->moe_sum || !s->moe_sum[2 * E]) return 0;
+    double sum = 0, N = s->moe_sum[2 * E];
+    for (int e = 0; e < E; e++) sum += s->moe_sum[e] / N * (s->moe_sum[E + e] / N);
     return E * sum;
 }
 

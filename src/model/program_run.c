@@ -247,6 +247,8 @@ void dt_program_free_slot(program_slot *s) {
     free(s->lora_rk);
     free(s->moe_int);
     free(s->moe_acc);
+    dt_program_moe_sums_wait(s); /* (its buffer is the slot's) */
+    free(s->moe_sum);
     free(s->lp_keep);
     dt_program_moe_ep_free_keep(s);
     memset(s, 0, sizeof *s);
@@ -290,9 +292,10 @@ static dt_status reserve(dt_program *p, int B, int T) {
     s->lora_rk = dropping(p) ? malloc(BT * sizeof(uint64_t)) : NULL;
     s->moe_int = p->cfg.experts ? malloc(dt_program_moe_ints(p, BT) * sizeof(int32_t)) : NULL;
     s->moe_acc = p->cfg.experts ? calloc(2 * (size_t)p->cfg.experts, sizeof(double)) : NULL;
+    s->moe_sum = p->cfg.experts ? calloc(2 * (size_t)p->cfg.experts + 2, sizeof(double)) : NULL;
     s->mem = dt_alloc_aligned(n * sizeof(float));
     if (!s->val || !s->stats || !s->packed || !s->lp_keep || !s->dval || !s->wgrad || !s->inputs || !s->targets || !s->pos || !s->first || !s->mem ||
-        (dropping(p) && (!s->row_key || !s->lora_rk)) || (p->cfg.experts && (!s->moe_int || !s->moe_acc))) {
+        (dropping(p) && (!s->row_key || !s->lora_rk)) || (p->cfg.experts && (!s->moe_int || !s->moe_acc || !s->moe_sum))) {
         dt_program_free_slot(s);
         char sz[32];
         return dt_error(DT_ERR_NOMEM, "model: cannot allocate %s of activations for B=%d T=%d", dt_format_size(n * sizeof(float), sz, sizeof sz),
@@ -554,6 +557,8 @@ static dt_status begin_micro_batch(dt_program *p, int BT, int T) {
         s->pos[i] = q, s->first[i] = t - q;
     }
     s->keyed = p->key_src && dropping(p);
+    dt_status st = dt_program_moe_sums_wait(s); /* an evaluation's, which no backward waited for */
+    if (st) return st;
     if (s->moe_acc) memset(s->moe_acc, 0, 2 * (size_t)p->cfg.experts * sizeof(double)), s->moe_rows = 0, s->moe_z = 0; /* a micro-batch's balance */
     if (s->keyed) memcpy(s->row_key, p->key_src, (size_t)(BT / T) * sizeof(uint64_t));
     return DT_OK;
@@ -599,6 +604,9 @@ dt_status dt_program_forward_units(dt_program *p, int a, int b, const int32_t *t
         unit_end();
         dt_program_lp_drop(p);
     }
+    /* the micro-batch's balance once this rank's last range has run (the head's loss and every backward take it) */
+    if (p->cfg.experts && p->cur == p->nr - 1 && (st = dt_program_moe_sums_post(p))) return st;
+    if (b == L + 2 && p->s->moe_req && (st = dt_program_moe_sums_wait(p->s))) return st;
     if (b == L + 2) head_forward(p, targets, loss);
     return p->comm_err;
 }

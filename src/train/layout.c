@@ -139,15 +139,6 @@ dt_status dt_train_check_model(const dt_train_config *c, const dt_gpt2_config *c
         return dt_error(DT_ERR_ARG, "--ep %d spreads a mixture's experts over ranks: the model has none (--experts E)", d->ep);
     if (d->ep > 1 && cfg->experts % d->ep)
         return dt_error(DT_ERR_ARG, "--ep %d does not divide the model's %d experts (each rank holds the same number)", d->ep, cfg->experts);
-    /* (over context-parallel ranks each its rows' mean, averaged as the loss is: their rows are as many) */
-    if (c->moe_z_loss > 0 && d->pp > 1)
-        return dt_error(DT_ERR_UNSUPPORTED, "the router z-loss (--moe-z-loss) is the mean over a micro-batch's layers and tokens: over %d "
-                        "pipeline stages each would see some of the layers: not in this build", d->pp);
-    /* (a data-parallel rank's micro-batch is its own rows, as each rank's under DDP with Hugging Face's loss) */
-    if (cfg->aux_coef > 0 && (d->pp > 1 || d->cp > 1))
-        return dt_error(DT_ERR_UNSUPPORTED, "the balancing loss (--moe-aux-loss %g, or a folder's router_aux_loss_coef) is a micro-batch's "
-                        "over all its layers and tokens (Hugging Face's); over %d pipeline stages or %d context-parallel ranks each "
-                        "would see a part: not in this build (--moe-aux-loss 0 turns it off)", (double)cfg->aux_coef, d->pp, d->cp);
     /* a weights file that cannot hold the family: said before the run, not when its first save comes */
     dt_status st = !c->save || dt_checkpoint_is_dir(c->save) ? DT_OK
                    : dt_safetensors_path(c->save) ? dt_safetensors_check_family(c->save, cfg) : dt_llmc_check_family(c->save, cfg);

@@ -42,6 +42,9 @@ typedef struct {
     dt_comm *ep, *ep_replicas;/* --ep: the expert-parallel group (consecutive data-parallel ranks), and the ranks holding the
                                * same experts as this one (NULL: none other) */
     dt_ep_ops ep_ops;         /* expert parallelism's exchanges, over ep */
+    dt_comm *moe_sums;        /* a mixture's balancing statistics over the stages and context-parallel ranks of one
+                               * micro-batch (its TP and DP coordinates; NULL: none needed) */
+    dt_part_sums moe_sums_ops;
     dt_pipeline *pipe;        /* with --pp: the stage's runner, which the engine's step runs */
     double bubble;            /* the last step's idle share, the mean over the stages */
     double bubble_model;      /* the step replayed with its actions' measured durations (dt_pipeline_bubble) */

@@ -177,6 +177,14 @@ static dt_status model_part(run *r, const dt_gpt2_config *cfg, dt_model_part *pa
         part->ep_size = dt_comm_size(r->ep);
         part->ep = &r->ep_ops;
     }
+    /* a mixture's balancing loss or z-loss over a micro-batch held in parts: the stages' layers, the CP ranks' rows */
+    int pp = mesh_size(r, DT_MESH_PP), cp = mesh_size(r, DT_MESH_CP), tp = mesh_size(r, DT_MESH_TP);
+    if (cfg->experts && (cfg->aux_coef > 0 || c->moe_z_loss > 0) && (pp > 1 || cp > 1)) {
+        int color = dt_mesh_coord(r->mesh, DT_MESH_DP) * tp + dt_mesh_coord(r->mesh, DT_MESH_TP);
+        if ((st = dt_comm_split(r->w, color, r->rank, &r->moe_sums))) return st;
+        r->moe_sums_ops = dt_part_sums_over(r->moe_sums);
+        part->sums = &r->moe_sums_ops;
+    }
     return DT_OK;
 }
 

@@ -306,6 +306,7 @@ static void teardown(run *r) {
     free(r->pos);
     free(r->keys);
     dt_gpt2_destroy(r->m);
+    dt_comm_destroy(r->moe_sums); /* after the model, which waits for its last sums */
     free(r->in);
     free(r->tg);
 }
