@@ -11,7 +11,8 @@
 # alike on every layout, leaving the steps' figures alone); bf16 under DDP 2 gives one
 # process's; TP 2 with and without SP (the mixture whole on each rank) give one process's. What this build does not
 # do is refused naming why.
-# Qwen 2 MoE's folder from the fixtures trains alike under DDP 2 and PP 2, and exports. GPT-2 with GELU experts
+# Qwen 2 MoE's folder from the fixtures (its balancing loss at its router_aux_loss_coef, 0.02) trains alike under DDP 2
+# and PP 2, and exports. GPT-2 with GELU experts
 # (gpt2_moe) under DDP 2, ZeRO-3, PP 2, TP 2 with SP, EP 2 and DP 2 x EP 2, and its decoder.
 # usage: moe_equivalence.sh DTRAIN FIXTURES
 set -u
@@ -160,7 +161,7 @@ fi
 FIX=$2
 seq 1 40000 | tr '\n' ' ' > "$dir/digits"
 "$DTRAIN" tokenize --bytes "$dir/digits" "$dir/digits.bin" > /dev/null
-q=(--model "$FIX/moe/qwen2_moe" --data "$dir/digits.bin" --seq 16 --steps 20 --lr 1e-3 --threads 1 --quiet --moe-aux-loss 0)
+q=(--model "$FIX/moe/qwen2_moe" --data "$dir/digits.bin" --seq 16 --steps 20 --lr 1e-3 --threads 1 --quiet)
 qrun() { local name=$1; shift; "$DTRAIN" train "${q[@]}" "$@" --metrics "$dir/$name.jsonl" > "$dir/$name.out" 2>&1 ||
     { failed=$((failed + 1)); echo "FAIL $name: $*"; tail -3 "$dir/$name.out"; return 1; }; }
 qrun qref --batch 4 && qrun qref2 --batch 2 --grad-accum 2
