@@ -151,6 +151,21 @@ fp16_scaled() { # WHO TOL ARGS...
         ok "$who under fp16 with a loss scale of 1024: the f32 run's losses within $l over 30 steps"
     else fail "$who under fp16 against f32: losses $l"; fi
 }
+# A preconditioner on compressed averages ("${common[@]}" ARGS, 30 steps, 2 ranks): PowerSGD before its start step
+# gives the dense run's losses bit for bit (the codec's seam passes the average through), and PowerSGD at rank 4 from
+# step 2 ends within 10% of the dense run's last loss (a broken average would not train).
+codec_precond() { # WHO ARGS...
+    local who=$1 l a b
+    shift
+    run_metrics cp_dense "$@" --steps 30 && run_metrics cp_before "$@" --steps 30 --compress powersgd --compress-start 1000 &&
+        run_metrics cp_psgd "$@" --steps 30 --compress powersgd --compress-rank 4 --compress-start 2 || return 1
+    l=$(worst loss "$dir/cp_dense.jsonl" "$dir/cp_before.jsonl" 30)
+    if [ "$l" = 0 ]; then ok "$who with PowerSGD before its start: the dense run's losses bit for bit"
+    else fail "$who with PowerSGD before its start against dense: losses $l"; fi
+    a=$(field loss "$dir/cp_psgd.jsonl" | tail -1) b=$(field loss "$dir/cp_dense.jsonl" | tail -1)
+    if awk -v a="$a" -v b="$b" 'BEGIN{exit !(a > 0 && a < 1.1 * b)}'; then ok "$who on PowerSGD 4's averages: last loss $a (dense $b)"
+    else fail "$who on PowerSGD 4's averages: last loss $a (dense $b)"; fi
+}
 # A preconditioner whose norm, finiteness check and clipping are the gradients' before it (Shampoo's, SOAP's): 5 steps
 # of the caller's "${common[@]}" ARGS without --grad-clip, with a clip above every norm (the same weights, bit for bit)
 # and with one below (other weights); the first step's norm in each AdamW's (the gradients', not the directions').

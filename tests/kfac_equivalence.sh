@@ -9,7 +9,8 @@
 # against one process likewise, and one step of GPT-2's fused q/k/v and Llama's K/V head on 2 tensor-parallel ranks and
 # of an unevenly split vocabulary on 3; ZeRO-1 against DDP,
 # bit for bit; a mixture's DDP 2 and EP 2 against one process (K-FAC leaves the experts as they are); MEM-OPT's factors and decompositions on the rank holding most against COMM-OPT's, and
-# the planner's prediction of both; fp16 with a loss scale against f32, and its overflowing steps skipped; the refusals.
+# the planner's prediction of both; fp16 with a loss scale against f32, and its overflowing steps skipped; PowerSGD's
+# averages (checks.sh's codec_precond); the refusals.
 # usage: kfac_equivalence.sh DTRAIN [MPIEXEC]
 set -u
 DTRAIN=$1
@@ -174,6 +175,8 @@ run_metrics fp16_over --nproc 2 --batch 4 --steps 30 --kfac-workers 0.5 --config
         ok "fp16 from a loss scale of 2^24: $skips steps skipped on overflow, no decomposition failed, the last loss $last (f32's $ref)"
     else fail "K-FAC overflowing fp16: $skips skipped, last loss $last (f32's $ref): $(grep -m1 decomposition "$dir/fp16_over.out")"; fi
 }
+codec_precond K-FAC --nproc 2 --batch 4
+refused "K-FAC with DGC" "take the optimizer's momentum" --nproc 2 --compress dgc --compress-density 0.1
 refused "K-FAC over LAMB" "sgd or adamw" --kfac-base lamb
 refused "--kfac-damping 0" "kfac-damping" --kfac-damping 0
 refused "--kfac-inv-every 0" "kfac-inv-every" --kfac-inv-every 0

@@ -91,6 +91,7 @@ else fail "the planner's Shampoo memory: shared $ps MiB (run $shared), whole $pw
 
 # fp16: the gradients divided by the loss scale before Shampoo (left in: 12% apart by step 20)
 fp16_scaled Shampoo 3e-2 --nproc 2 --batch 4
+codec_precond Shampoo --nproc 2 --batch 4
 refused "--shampoo-group 3 on 4 ranks" "does not divide" --nproc 4 --shampoo-group 3
 refused "Shampoo under ZeRO-2" "not with K-FAC, Shampoo or SOAP yet (they precondition whole gradients" --nproc 2 --zero 2
 raw_clip Shampoo --batch 4

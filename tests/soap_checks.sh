@@ -72,6 +72,7 @@ else fail "the planner's SOAP memory: shared $ps MiB (run $shared), whole $pw Mi
 
 # fp16 (3.2e-3 apart on a Zen 3; SOAP's Adam in the eigenbasis barely sees a scale left in, Shampoo's check does)
 fp16_scaled SOAP 1e-2 --nproc 2 --batch 4
+codec_precond SOAP --nproc 2 --batch 4
 refused "--soap-group 3 on 4 ranks" "does not divide" --nproc 4 --soap-group 3
 if "$DTRAIN" plan "${common[@]}" --batch 2 --nproc 4 --soap-group 3 > "$dir/plan3.out" 2>&1; then fail "plan with --soap-group 3 on 4 ranks accepted"
 elif grep -q "does not divide the 4 data-parallel ranks" "$dir/plan3.out"; then ok "plan with --soap-group 3 on 4 ranks refused as train is"

@@ -165,7 +165,8 @@ static dt_status check_precond(dt_engine *e) {
                       : c->ep > 1 && !experts                               ? "expert parallelism (a rank holds its own experts)"
                       : (sliced || (c->mp_comm && !c->schedule && !experts)) && !c->precond->slices ? "tensor parallelism (a rank holds slices)"
                       : c->grad_store != DT_F32                             ? "16-bit gradients (--grad-store)"
-                      : c->codec && c->codec->kind != DT_CODEC_NONE         ? "gradient compression"
+                      /* PowerSGD's and top-k's averages are whole gradients; these take over the optimizer's moments */
+                      : c->codec && c->codec->kind >= DT_CODEC_DGC          ? "--compress dgc, onebit or zeroone (they take the optimizer's momentum)"
                                                                             : NULL;
     if (why) return dt_error(DT_ERR_ARG, "%s preconditions whole f32 gradients on every rank: not with %s (strategy %s)", c->precond->name, why, e->s->name);
     return DT_OK;

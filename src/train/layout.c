@@ -85,6 +85,9 @@ static dt_status check_pp_tp(const dt_train_config *c, int tp, int pp, int paper
     if (preconditioner(c) && !paper && c->strategy && (!strcmp(c->strategy, "zero2") || !strcmp(c->strategy, "zero3")))
         return dt_error(DT_ERR_UNSUPPORTED, "--strategy %s: not with K-FAC, Shampoo or SOAP yet (they precondition whole gradients; %s "
                         "keeps a shard of them)", c->strategy, c->strategy);
+    if (preconditioner(c) && !paper && c->codec.kind >= DT_CODEC_DGC)
+        return dt_error(DT_ERR_UNSUPPORTED, "%s preconditions whole f32 gradients on every rank: not with --compress dgc, onebit or "
+                        "zeroone (they take the optimizer's momentum)", preconditioner(c));
     /* a codec's optimizer and strategy, as the engine checks them (so that plan refuses what train would) */
     dt_status cs = !paper && c->codec.kind != DT_CODEC_NONE ? dt_codec_check_optimizer(&c->codec, c->opt.kind, c->grad_clip, c->precision == DT_F16)
                                                             : DT_OK;
