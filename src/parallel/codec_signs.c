@@ -204,10 +204,19 @@ size_t dt_signs_work(const dt_codec *k) {
     return bytes;
 }
 
-/* One bucket of every tensor: a chunk's segments about its share of the tensors and one more. */
+/* One bucket of every tensor, laid one after another: the fullest chunk's segments counted as segments() makes them
+ * (its start, and each tensor that starts inside it). */
 size_t dt_signs_work_for(const dt_codec_config *c, const dt_tensor_info *t, int nt, const dt_codec_place *at) {
     (void)c;
-    size_t len = 0, np = at->ranks > 1 ? (size_t)at->ranks : 1;
+    size_t len = 0, np = at->ranks > 1 ? (size_t)at->ranks : 1, slots = 0, start = 0;
     for (int i = 0; i < nt; i++) len += t[i].count;
-    return bucket_bytes(len, (size_t)nt, (size_t)nt / np + 2, np);
+    size_t chunk = (len + np - 1) / np;
+    for (size_t j = 0, i = 0; j < np; j++) {
+        size_t a = j * chunk < len ? j * chunk : len, b = (j + 1) * chunk < len ? (j + 1) * chunk : len, n = 1;
+        if (a == b) continue;
+        for (; i < (size_t)nt && start + t[i].count <= a; i++) start += t[i].count; /* tensor i is the one holding a */
+        for (size_t q = i, s = start; q < (size_t)nt && s < b; s += t[q++].count) n += s > a;
+        if (n > slots) slots = n;
+    }
+    return bucket_bytes(len, (size_t)nt, slots, np);
 }
