@@ -55,8 +55,8 @@ awk "BEGIN{d = ($tb - $rt) / $rt; exit !($pb == $rb && d < 0.01 && d > -0.01)}" 
 verdict $ok "plan's bytes a step: PowerSGD rank 2 $pb (the run's $rb), top-k 0.01 $tb (the run's $rt)"
 # the planner's communication buffers are the run's (its memory table's, 2 ranks): each codec's state and its buckets'
 # buffers by the codec's own count (dt_codec_work_bytes_for, the model as one bucket), no token-table rows deferred
-# where the codec runs from the first step. Top-k, DGC with its warm-up densities and 1-bit Adam to the byte; PowerSGD's
-# several buckets within 5% of the one the planner sees (2.2% here)
+# where the codec runs from the first step. Top-k, DGC with its warm-up densities, 1-bit Adam and PowerSGD to the byte
+# (PowerSGD's had counted a velocity's and a server's blocks it never keeps: 3.1% over the plan)
 buffers() { # ARGS: the plan's buffers and a 3-step run's (its fullest rank)
     rm -rf "$dir/mem"
     "$DTRAIN" train "${common[@]}" "$@" --steps 3 --quiet --report "$dir/mem" > /dev/null 2>&1
@@ -65,7 +65,7 @@ import json, sys; r = json.load(open(sys.argv[1])); print(max(x['buffers'] for x
 }
 sgd=(--optimizer sgd --momentum 0.9 --lr 0.05)
 for c in "topk --compress-density 0.01:0" "dgc --compress-density 0.01 --compress-warmup 2 ${sgd[*]}:0" "onebit --compress-start 2:0" \
-         "powersgd --compress-rank 2:0.05"; do
+         "powersgd --compress-rank 2:0"; do
     read -r pm rm <<< "$(buffers --compress ${c%%:*})"
     tol=${c##*:}
     awk -v p="${pm:-0}" -v r="${rm:-0}" -v t="$tol" 'BEGIN{d = (p - r) / (r > 0 ? r : 1); if (d < 0) d = -d; exit !(r > 0 && d <= t)}' && ok=1 || ok=0
@@ -344,8 +344,8 @@ flip "$dir/savedppw10/step-00000010/codec-stage1of2.f32" 100 2
 verdict $ok "a damaged stage's codec file refuses the resume, named ($(grep -m1 -o "codec-stage1of2.f32.*" "$dir/ppflip.out" | cut -c1-90))"
 # a stage's buffers, the plan's and the run's: the first and last stages count the tied wte's gradient on its way
 # between them (the run had left it out: 64 KiB under); top-k, 1-bit Adam (its chunks' segments counted as the run
-# makes them) and dense to the byte, PowerSGD's several buckets within 5% as above
-for c in ":0" "--compress topk --compress-density 0.01:0" "--compress onebit --compress-start 2:0" "--compress powersgd --compress-rank 2:0.05"; do
+# makes them), PowerSGD and dense to the byte
+for c in ":0" "--compress topk --compress-density 0.01:0" "--compress onebit --compress-start 2:0" "--compress powersgd --compress-rank 2:0"; do
     read -r pm rm <<< "$(buffers "${pp[@]}" ${c%%:*})"
     awk -v p="${pm:-0}" -v r="${rm:-0}" -v t="${c##*:}" 'BEGIN{d = (p - r) / (r > 0 ? r : 1); if (d < 0) d = -d; exit !(r > 0 && d <= t)}' && ok=1 || ok=0
     verdict $ok "plan's communication buffers under DP 2 x PP 2 ${c%%:*}: $pm bytes, the run's $rm (its fullest stage)"

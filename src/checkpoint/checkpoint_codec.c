@@ -178,6 +178,12 @@ static dt_status piece_of(const cJSON *x, const char *mpath, const dt_checkpoint
     return DT_OK;
 }
 
+/* A PowerSGD piece as builds before 2026-12-06 wrote it: after each rank's residuals two more Q-sized blocks (the
+ * velocity and server kinds it counted and never wrote: zeros), read and dropped. */
+static bool older_psgd(const dt_codec *k, int ranks, size_t R, size_t Q, size_t S, size_t floats) {
+    return Q > 0 && dt_codec_get_config(k)->kind == DT_CODEC_POWERSGD && floats == (size_t)ranks * (R + 2 * Q) + Q + S;
+}
+
 /* Rank 0 of the stage's data-parallel ranks: step folder sub's state of this stage into *out where this run's codec can
  * take it (NULL: nothing to resume, said). */
 static dt_status read_state(const char *sub, const dt_codec *k, int ranks, const dt_checkpoint_model *cm, float **out, size_t *n,
@@ -217,15 +223,20 @@ static dt_status read_state(const char *sub, const dt_codec *k, int ranks, const
     }
     if (!st) st = dt_ckpt_count(pc, NULL, "floats", mpath, 1e15, &floats);
     if (!st && cJSON_GetObjectItemCaseSensitive(pc, "shared")) st = dt_ckpt_count(pc, NULL, "shared", mpath, 1e12, &S);
-    size_t want = st ? 0 : (size_t)ranks * own_size(k) + dt_codec_state_size(k, DT_CODEC_Q) + (size_t)S;
+    size_t R = st ? 0 : own_size(k), Q = st ? 0 : dt_codec_state_size(k, DT_CODEC_Q), want = (size_t)ranks * R + Q + (size_t)S;
+    size_t got = older_psgd(k, ranks, R, Q, (size_t)S, (size_t)floats) ? (size_t)floats : want;
     file_of(cm->stage, cm->stages, file);
-    if (!st && (size_t)floats != want)
+    if (!st && (size_t)floats != got)
         st = dt_error(DT_ERR_IO, "%s: %s holds %.0f floats; this model's codec keeps %zu", mpath, file, floats, want);
-    float *buf = st ? NULL : malloc((want + 1) * sizeof *buf);
+    float *buf = st ? NULL : malloc((got + 1) * sizeof *buf);
     if (!st && !buf) st = dt_error(DT_ERR_NOMEM, "checkpoint: out of memory for the codec's state");
-    if (!st) st = dt_ckpt_verify_file(sdir, j, file, 1, want, &buf);
+    if (!st) st = dt_ckpt_verify_file(sdir, j, file, 1, got, &buf);
     cJSON_Delete(j);
     if (st) { free(buf); return st; }
+    if (got != want) { /* each rank's residuals, then Q and the shared words, where the zeros were between them */
+        for (int r = 1; r < ranks; r++) memmove(buf + (size_t)r * R, buf + (size_t)r * (R + 2 * Q), R * sizeof *buf);
+        memmove(buf + (size_t)ranks * R, buf + (size_t)ranks * (R + 2 * Q), (Q + (size_t)S) * sizeof *buf);
+    }
     *out = buf;
     *n = want;
     *shared = (size_t)S;

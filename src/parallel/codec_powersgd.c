@@ -55,7 +55,7 @@ static dt_status check(const dt_codec_config *c) {
 
 static size_t state_floats(const dt_codec_config *c, const dt_tensor_info *t, dt_codec_state_kind s) {
     int n, m, r = rank_of(c, t, &n, &m);
-    return s == DT_CODEC_RESIDUAL ? t->count : (size_t)m * (size_t)r;
+    return s == DT_CODEC_RESIDUAL ? t->count : s == DT_CODEC_Q ? (size_t)m * (size_t)r : 0; /* (no velocity, no server's) */
 }
 
 /* The columns of a [rows, cols] row-major matrix made orthonormal, left to right (a zero column stays zero). */
