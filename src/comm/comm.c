@@ -677,20 +677,25 @@ static dt_status every_rank(dt_comm *c, bool ok, const char *what) {
 }
 
 dt_status dt_comm_allgatherv_alloc(dt_comm *c, const void *mine, size_t n, dt_dtype t, void **all, size_t *total) {
-    int p = c ? c->size : 1;
     size_t es = dt_dtype_size(t), sum = 0;
-    int64_t own = (int64_t)n, *each = malloc(sizeof *each * (size_t)p);
-    size_t *counts = malloc(sizeof *counts * (size_t)p);
-    *all = NULL, *total = 0;
-    dt_status st = c ? every_rank(c, each && counts, "allgatherv") : each && counts ? DT_OK : dt_error(DT_ERR_NOMEM, "allgatherv: out of memory");
-    if (!st && c) st = dt_comm_allgather(c, &own, each, 1, DT_I64);
-    else if (!st) each[0] = own;
-    for (int r = 0; !st && r < p; r++) sum += counts[r] = (size_t)each[r];
-    void *buf = st ? NULL : malloc((sum + 1) * es);
-    if (!st) st = c ? every_rank(c, buf != NULL, "allgatherv") : buf ? DT_OK : dt_error(DT_ERR_NOMEM, "allgatherv: out of memory");
+    int64_t own = (int64_t)n;
     const void *src = mine ? mine : (const void *)&own; /* (nothing to send: a valid address all the same) */
-    if (!st && c) st = dt_comm_allgatherv(c, src, buf, counts, t);
-    else if (!st) memcpy(buf, src, n * es);
+    *all = NULL, *total = 0;
+    if (!c) { /* one process: a copy */
+        void *one = malloc((n + 1) * es);
+        if (!one) return dt_error(DT_ERR_NOMEM, "allgatherv: out of memory");
+        memcpy(one, src, n * es);
+        *all = one, *total = n;
+        return DT_OK;
+    }
+    int64_t *each = malloc(sizeof *each * (size_t)c->size);
+    size_t *counts = malloc(sizeof *counts * (size_t)c->size);
+    dt_status st = every_rank(c, each && counts, "allgatherv");
+    if (!st) st = dt_comm_allgather(c, &own, each, 1, DT_I64);
+    for (int r = 0; !st && r < c->size; r++) sum += counts[r] = (size_t)each[r];
+    void *buf = st ? NULL : malloc((sum + 1) * es);
+    if (!st) st = every_rank(c, buf != NULL, "allgatherv");
+    if (!st) st = dt_comm_allgatherv(c, src, buf, counts, t);
     free(each), free(counts);
     if (st) { free(buf); return st; }
     *all = buf, *total = sum;
