@@ -28,8 +28,8 @@ def by_name(named):
     return hub_state(named, F, parts=("gate_proj", "up_proj", "down_proj"), rename=None)
 
 
-def main():
-    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures")
+def build():
+    """The Mixtral config, the model with DeepseekV3MoE blocks (seeded: the same weights each time), inputs, targets."""
     torch.manual_seed(6)
     cfg = MixtralConfig(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                         max_position_embeddings=32, intermediate_size=F, num_local_experts=E, num_experts_per_tok=TOP,
@@ -47,7 +47,12 @@ def main():
         layer.mlp = moe
     g = torch.Generator().manual_seed(7)
     tokens = torch.randint(0, cfg.vocab_size, (B, T + 1), generator=g)
-    inputs, targets = tokens[:, :T].contiguous(), tokens[:, 1:].contiguous()
+    return cfg, model, tokens[:, :T].contiguous(), tokens[:, 1:].contiguous()
+
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures")
+    cfg, model, inputs, targets = build()
     tensors = by_name(dict(model.named_parameters()))
     model.train()
     out = model(input_ids=inputs)

@@ -5,7 +5,8 @@
 # the same sums), and with every expert chosen (no choice a rounding could flip) under micro-batches of one row;
 # the balancing loss changes the losses and, recomputed, gives the same ones, and under DDP 2, ZeRO-2/3, EP 2, PP 2
 # (every schedule) and CP 2 one process's; the router z-loss (under DDP 2, CP 2 and PP 2) and DeepSeek's shared
-# experts under DDP 2 (and EP 2) give one process's; a checkpoint saved by ZeRO-2 at step
+# experts under DDP 2 (and EP 2) give one process's; the sequence-wise balancing loss on both routers under DDP 2,
+# ZeRO-2, EP 2, PP 2, CP 2 and TP 2 with SP gives one process's; a checkpoint saved by ZeRO-2 at step
 # 10 goes on under PP 2 as the uninterrupted run does; the HF folder it exports reads back with the
 # same loss and decodes as the training forward does; the experts' load is in the metrics (a step's; an evaluation's,
 # alike on every layout, leaving the steps' figures alone); bf16 under DDP 2 gives one
@@ -250,6 +251,27 @@ if run aux_cp --batch 4 --nproc 2 --cp 2 --moe-aux-loss 0.05; then
     [ "$w" != missing ] && awk "BEGIN{exit !($w <= 1e-4)}" && ok=1 || ok=0
     verdict $ok "balancing loss 0.05: CP 2 within $w of one process over 20 steps (held to 1e-4)"
 fi
+# the sequence-wise balancing loss (DeepSeek-V3's complementary one, here on its sigmoid router): a sequence's
+# statistics are its own, so every split of the sequences gives one process's; PP 2 adds each stage's layers' losses
+# (their counts summed over the stages: without, 6% apart), CP 2 each sequence's counts over its ranks' rows (without,
+# 1.2%; each rank's gradient not over its share of the rows, 5%), TP 2 and SP run the mixture on every row
+sq=(--router sigmoid-bias --moe-seq-aux-loss 0.1)
+run sqref --batch 2 --grad-accum 2 "${sq[@]}"
+run sqref4 --batch 4 "${sq[@]}" && close "sequence-wise loss 0.1: micro-batches of 4 rows against 2 of 2" "$dir/sqref.jsonl" "$dir/sqref4.jsonl"
+for l in "ddp:--batch 2 --nproc 2" "zero2:--batch 2 --nproc 2 --zero 2" "ep:--batch 2 --nproc 2 --ep 2" "pp:--batch 2 --grad-accum 2 --nproc 2 --pp 2"; do
+    run "sq_${l%%:*}" "${sq[@]}" ${l#*:} && close "sequence-wise loss 0.1: ${l#*:}" "$dir/sqref.jsonl" "$dir/sq_${l%%:*}.jsonl"
+done
+for l in "cp:--nproc 2 --cp 2" "tpsp:--nproc 2 --tp 2 --sp"; do
+    run "sq_${l%%:*}" --batch 4 "${sq[@]}" ${l#*:} && close "sequence-wise loss 0.1: --batch 4 ${l#*:}" "$dir/sqref4.jsonl" "$dir/sq_${l%%:*}.jsonl"
+done
+run sqsoft --batch 2 --grad-accum 2 --moe-seq-aux-loss 0.1
+run sqsoft_pp --batch 2 --grad-accum 2 --nproc 2 --pp 2 --moe-seq-aux-loss 0.1 &&
+    close "sequence-wise loss 0.1 on the softmax router: PP 2" "$dir/sqsoft.jsonl" "$dir/sqsoft_pp.jsonl"
+d=$(paste <(field loss "$dir/ref2.jsonl") <(field loss "$dir/sqsoft.jsonl") | head -1 | awk '{print $2 - $1}')
+awk -v d="$d" 'BEGIN{exit !(d > 0.3 && d < 0.5)}' && ok=1 || ok=0
+verdict $ok "the sequence-wise loss adds about 0.1 x 4 layers x 1 to the first step's loss (+$d)"
+refused "the sequence-wise loss without experts" "the model has no experts" train --model llama-tiny --data "$dir/train.bin" --vocab 256 \
+    --layers 2 --channels 48 --heads 12 --kv-heads 6 --max-seq 64 --seq 64 --batch 2 --steps 1 --moe-seq-aux-loss 0.1
 # GPT-2 with GELU experts (gpt2_moe: --experts on a GPT-2 replaces its MLP by E experts of up and down, no gate): the
 # same layouts give one process's losses (lr 3e-3: at 1e-2 its 48 channels amplify a last bit into 1e-5 by step 15,
 # measured; here DDP 2 and EP 2 are bit for bit), its checkpoint decodes as its training forward does, and it has no

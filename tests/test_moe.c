@@ -465,6 +465,26 @@ static void check_deepseek(const char *dir) {
     dt_safetensors_close(f);
 }
 
+/* Every layer's router weight gradient against the file's (hub, a name with the layer's %d), the worst relative error. */
+static dt_status router_grads_err(dt_program *p, dt_safetensors *f, const char *hub, double *worst) {
+    dt_model m;
+    dt_program_model(p, &m);
+    float *g = NULL;
+    dt_status st = DT_OK;
+    for (int l = 0; !st && l < dt_program_config(p)->num_layers; l++) {
+        char ours[32], hf[96];
+        snprintf(ours, sizeof ours, "h.%d.routerw", l);
+        snprintf(hf, sizeof hf, hub, l);
+        const dt_tensor_info *t = dt_model_find(&m, ours);
+        if (!t) { st = dt_error(DT_ERR_ARG, "no %s", ours); break; }
+        int dims[2] = { t->shape[0], t->shape[1] };
+        if (!(g = realloc(g, t->count * sizeof(float)))) st = dt_error(DT_ERR_NOMEM, "out of memory");
+        if (!st && !(st = dt_safetensors_read(f, hf, 2, dims, 0, g))) *worst = fmax(*worst, rel_err(m.grads(m.self) + t->offset, g, t->count));
+    }
+    free(g);
+    return st;
+}
+
 /* The router z-loss (scripts/make_zloss_fixture.py: the Mixtral fixture's loss with 0.1 x transformers' router_z_loss_func
  * over every layer's router logits): its value, the loss with it, and every router's gradient, against transformers'. */
 static void check_zloss(const char *dir) {
@@ -476,7 +496,7 @@ static void check_zloss(const char *dir) {
     dt_program *p = NULL;
     dt_safetensors *fx = NULL, *f = NULL;
     int32_t in[B * T], tg[B * T];
-    float loss = 0, want[2], *g = NULL;
+    float loss = 0, want[2];
     int one = 1;
     dt_status st = dt_program_load_hf(folder, &p);
     if (!st) st = dt_safetensors_open(fxp, &fx);
@@ -491,22 +511,64 @@ static void check_zloss(const char *dir) {
         expect("router_z_loss_func's value (every layer's rows)", fabs(dt_program_moe_z_loss(p) - want[0]) / want[0], 1e-5);
         expect("the loss with 0.1 x the z-loss", fabs(loss - want[1]) / want[1], 1e-6);
     }
-    dt_model m;
-    if (!st) dt_program_model(p, &m);
     double worst = 0;
-    for (int l = 0; !st && l < dt_program_config(p)->num_layers; l++) {
-        char ours[32], hf[96];
-        snprintf(ours, sizeof ours, "h.%d.routerw", l);
-        snprintf(hf, sizeof hf, "grad.model.layers.%d.block_sparse_moe.gate.weight", l);
-        const dt_tensor_info *t = dt_model_find(&m, ours);
-        if (!t) { st = dt_error(DT_ERR_ARG, "no %s", ours); break; }
-        int dims[2] = { t->shape[0], t->shape[1] };
-        if (!(g = realloc(g, t->count * sizeof(float)))) { st = dt_error(DT_ERR_NOMEM, "out of memory"); break; }
-        if (!(st = dt_safetensors_read(f, hf, 2, dims, 0, g))) worst = fmax(worst, rel_err(m.grads(m.self) + t->offset, g, t->count));
-    }
+    if (!st) st = router_grads_err(p, f, "grad.model.layers.%d.block_sparse_moe.gate.weight", &worst);
     if (!st) expect("every router's gradient with the z-loss", worst, 1e-5);
     if (st) verdict("the z-loss fixture", false, dt_last_error());
-    free(g);
+    dt_program_destroy(p);
+    dt_safetensors_close(fx);
+    dt_safetensors_close(f);
+}
+
+/* The sequence-wise balancing loss (scripts/make_seq_aux_fixture.py: Megatron's seq_aux_loss written out in torch over
+ * transformers' router logits, at 0.3), on Mixtral's softmax router (beside its Switch loss at the folder's
+ * coefficient) and DeepSeek-V3's sigmoid one: its value, the whole loss and every router's gradient. */
+static void seq_aux_case(const char *name, dt_program *p, dt_safetensors *f, const int32_t *in, const int32_t *tg, const char *hub) {
+    char key[64];
+    float loss = 0, want[2];
+    int one = 1;
+    model = name;
+    dt_status st = dt_program_set_seq_aux_loss(p, 0.3f);
+    if (!st) dt_program_zero_grad(p);
+    if (!st) st = dt_program_forward(p, in, tg, B, T, &loss);
+    if (!st) st = dt_program_backward(p, 1.0f);
+    snprintf(key, sizeof key, "seq_%s", name);
+    if (!st) st = dt_safetensors_read(f, key, 1, &one, 0, &want[0]);
+    snprintf(key, sizeof key, "loss_%s", name);
+    if (!st) st = dt_safetensors_read(f, key, 1, &one, 0, &want[1]);
+    if (!st) {
+        expect("the sequence-wise loss's value (every layer's)", fabs(dt_program_moe_seq_loss(p) - want[0]) / want[0], 1e-5);
+        expect("the loss with 0.3 x the sequence-wise loss", fabs(loss - want[1]) / want[1], 1e-6);
+    }
+    double worst = 0;
+    if (!st) st = router_grads_err(p, f, hub, &worst);
+    if (!st) expect("every router's gradient with the sequence-wise loss", worst, 1e-5);
+    if (st) verdict("the sequence-wise fixture", false, dt_last_error());
+}
+
+static void check_seq_aux(const char *dir) {
+    char folder[512], path[512], fxp[512];
+    snprintf(folder, sizeof folder, "%s/moe/mixtral", dir);
+    snprintf(fxp, sizeof fxp, "%s/moe/mixtral.safetensors", dir);
+    snprintf(path, sizeof path, "%s/moe/seq_aux.safetensors", dir);
+    dt_program *p = NULL;
+    dt_safetensors *fx = NULL, *f = NULL;
+    dt_lm_config cfg;
+    int32_t in[B * T], tg[B * T];
+    model = "seq-aux";
+    dt_status st = dt_safetensors_open(path, &f);
+    if (!st) st = dt_program_load_hf(folder, &p);
+    if (!st) st = dt_safetensors_open(fxp, &fx);
+    if (!st) st = dt_safetensors_read_i32(fx, "inputs", B * T, in);
+    if (!st) st = dt_safetensors_read_i32(fx, "targets", B * T, tg);
+    if (!st) seq_aux_case("softmax", p, f, in, tg, "grad_softmax.model.layers.%d.block_sparse_moe.gate.weight");
+    dt_program_destroy(p);
+    dt_safetensors_close(fx);
+    p = NULL, fx = NULL;
+    snprintf(fxp, sizeof fxp, "%s/moe/deepseek_moe.safetensors", dir);
+    if (!st) st = sigmoid_fixture(fxp, "deepseek_moe", 2, &fx, &cfg, &p, in, tg);
+    if (!st) seq_aux_case("sigmoid", p, f, in, tg, "grad_sigmoid.model.layers.%d.mlp.gate.weight");
+    if (st) verdict("the sequence-wise fixtures", false, dt_last_error());
     dt_program_destroy(p);
     dt_safetensors_close(fx);
     dt_safetensors_close(f);
@@ -662,6 +724,7 @@ int main(int argc, char **argv) {
     check_capacity(dir);
     check_zloss(dir);
     check_deepseek(dir);
+    check_seq_aux(dir);
     model = "kernels";
     check_bf16_experts();
     check_gelu_experts();

@@ -48,8 +48,8 @@ void dt_dropout(float *out, int ldo, const float *x, int ldx, int rows, int cols
  * wu [E, F, C], down wd [E, C, F]): hu [pairs, 2F] the gate|up products, act [pairs, F], y [pairs, C] (NULL: not
  * made). experts_backward from the output rows' gradients dys (unweighted; scaled by w in place): dw[q] the
  * gradients of the pairs' weights, the weights' gradients added to, dxs (may be dys) d(xs); g [pairs, F] and dhu
- * [pairs, 2F] scratch. router_backward: d(logits) from d(w) (and daux[E], a gradient added to every token's
- * probabilities, or NULL). */
+ * [pairs, 2F] scratch. router_backward: d(logits) from d(w) (and daux[BT / T, E], a gradient added to the probabilities
+ * of each token of a sequence of T rows (T = BT: one for all), or NULL). */
 #define DT_MOE_MAX_K 32
 #define DT_MOE_MAX_EXPERTS 4096 /* the experts a mixture may have (the router's per-row scratch) */
 /* softmax's rows in place; lse (NULL: not wanted) each row's log-sum-exp of its logits. z_backward: the router z-loss's
@@ -71,12 +71,13 @@ void dt_moe_experts_forward(float *hu, float *act, float *y, const float *xs, co
 void dt_moe_experts_backward(float *dxs, float *dwg, float *dwu, float *dwd, float *dw, float *dys, float *g, float *dhu, const float *xs,
                              const float *hu, float *act, const float *w, const int32_t *order, const int32_t *start, const float *wg,
                              const float *wu, const float *wd, int E, int C, int F, dt_dtype t, float *use);
-void dt_moe_router_backward(float *dlogits, const float *probs, const float *w, const int32_t *idx, const float *dw, const float *daux, int BT,
-                            int E, int K, bool norm);
+void dt_moe_router_backward(float *dlogits, const float *probs, const float *w, const int32_t *idx, const float *dw, const float *daux, int T,
+                            int BT, int E, int K, bool norm);
 /* DeepSeek-V3's router: scores = sigmoid(logits) in place; each token's choice by scores + bias[E] (the bias only
  * chooses) within its group_k best of `groups` groups of consecutive experts (a group scored by its two best; groups
  * 1: none), its weights the chosen scores (renormalised with norm, +1e-20 as DeepSeek's), times scale; the
- * backward from d(w) to d(logits) through the scores alone. */
+ * backward from d(w) to d(logits) through the scores alone, and (daux[BT / T, E] as router_backward's, or NULL) from a
+ * gradient of each token's scores normalised to sum to 1 over all experts. */
 /* A capacity of cap pairs an expert: the pairs past it dropped (idx -1, which sort, combine and the rest skip), by
  * weight (policy 0: the lightest first; ties the later pair) or by position (1: the latest first); returns how many.
  * scratch: room for pairs (float, int32) pairs. */
@@ -84,8 +85,12 @@ int dt_moe_capacity(int32_t *idx, const float *w, int pairs, int E, int cap, int
 void dt_moe_sigmoid(float *scores, int BT, int E);
 void dt_moe_topk_biased(float *w, int32_t *idx, const float *scores, const float *bias, int BT, int E, int K, int groups, int group_k,
                         bool norm, float scale);
-void dt_moe_sigmoid_backward(float *dlogits, const float *scores, const float *w, const int32_t *idx, const float *dw, int BT, int E, int K,
-                             bool norm, float scale);
+void dt_moe_sigmoid_backward(float *dlogits, const float *scores, const float *w, const int32_t *idx, const float *dw, const float *daux, int T,
+                             int BT, int E, int K, bool norm, float scale);
+/* The sequence-wise balancing loss's statistics (DeepSeek-V2's and V3's, Megatron's seq_aux_loss), rows of T a sequence:
+ * each token's K most probable experts (the top-k of its probabilities alone, whatever the routing chose) counted into
+ * count[BT / T, E], and its probabilities (a sigmoid router's scores normalised to sum to 1) added into psum[BT / T, E]. */
+void dt_moe_seq_stats(double *count, double *psum, const float *probs, int BT, int T, int E, int K, bool sigmoid);
 
 /* Mixed precision (torch.autocast's linear): w and bias hold 16-bit values
  * of type t (DT_BF16 or DT_F16), inp f32 values that t can hold; out =

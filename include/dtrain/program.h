@@ -118,6 +118,13 @@ double dt_program_moe_balance_loss(const dt_program *p);
  * gradient the routers'. A softmax router's; 0 turns it off. The last forward's value (before its coefficient). */
 dt_status dt_program_set_z_loss(dt_program *p, float coef);
 double dt_program_moe_z_loss(const dt_program *p);
+/* The sequence-wise balancing loss (DeepSeek-V2's and V3's complementary one, Megatron's seq_aux_loss), summed over the
+ * layers: a layer's is the mean over the micro-batch's sequences of sum_e f_e P_e, f_e = E / (K T) x the sequence's
+ * tokens whose K most probable experts hold e (the routing's bias and groups aside), P_e the mean over its T tokens of
+ * e's probability (a sigmoid router's scores normalised to sum to 1); coef times it joins the loss. Either router;
+ * 0 turns it off. The last forward's value (before its coefficient). */
+dt_status dt_program_set_seq_aux_loss(dt_program *p, float coef);
+double dt_program_moe_seq_loss(const dt_program *p);
 void dt_program_moe_load(dt_program *p, double *load);
 /* The choices a capacity dropped, and all choices, since the last call (then zeroed). */
 void dt_program_moe_drops(dt_program *p, double *dropped, double *pairs);

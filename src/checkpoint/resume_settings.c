@@ -126,7 +126,7 @@ static dt_status take_shape(const cJSON *j, const char *kind, const char *mpath,
 }
 
 /* What it read: the data and validation files, the tokenizer, a chat template and packing, DPO's beta, the router's
- * z-loss. */
+ * z-loss and sequence-wise balancing loss. */
 static void take_data(const cJSON *j, dt_train_config *c) {
     static char data[PATH_MAX], val[PATH_MAX], tokenizer[PATH_MAX], chat[32];
     c->data = take_string(j, "data", "path", c->data, data, sizeof data);
@@ -137,6 +137,7 @@ static void take_data(const cJSON *j, dt_train_config *c) {
     double beta;
     if (!dt_ckpt_number(j, "settings", "dpo_beta", "", &beta)) c->dpo_beta = beta;
     take_float(j, "settings", "moe_z_loss", &c->moe_z_loss);
+    take_float(j, "settings", "moe_seq_aux_loss", &c->moe_seq_aux_loss);
 }
 
 /* Gradient compression's codec and its settings. */

@@ -179,17 +179,17 @@ void dt_moe_experts_backward(float *dxs, float *dwg, float *dwu, float *dwd, flo
     dt_lp_round(dxs, (size_t)pairs * C, t);
 }
 
-void dt_moe_router_backward(float *dlogits, const float *probs, const float *w, const int32_t *idx, const float *dw, const float *daux, int BT,
-                            int E, int K, bool norm) {
+void dt_moe_router_backward(float *dlogits, const float *probs, const float *w, const int32_t *idx, const float *dw, const float *daux, int T,
+                            int BT, int E, int K, bool norm) {
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < BT; i++) {
-        const float *p = probs + (size_t)i * E, *wi = w + (size_t)i * K, *dwi = dw + (size_t)i * K;
+        const float *p = probs + (size_t)i * E, *wi = w + (size_t)i * K, *dwi = dw + (size_t)i * K, *da = daux ? daux + (size_t)(i / T) * E : NULL;
         const int32_t *ix = idx + (size_t)i * K;
         float *dl = dlogits + (size_t)i * E;
         /* d(probs): the chosen ones' through the weights (renormalised: w_j = p_j / S, so dp_j = (dw_j - sum w dw) / S) */
         float sum = 0, wdw = 0, pdp = 0;
         for (int j = 0; j < K; j++) sum += p[ix[j]], wdw += wi[j] * dwi[j];
-        for (int e = 0; e < E; e++) dl[e] = daux ? daux[e] : 0;
+        for (int e = 0; e < E; e++) dl[e] = da ? da[e] : 0;
         for (int j = 0; j < K; j++) dl[ix[j]] += norm ? (dwi[j] - wdw) / sum : dwi[j];
         for (int e = 0; e < E; e++) pdp += p[e] * dl[e];
         for (int e = 0; e < E; e++) dl[e] = p[e] * (dl[e] - pdp); /* the softmax's backward */
@@ -246,20 +246,37 @@ void dt_moe_topk_biased(float *w, int32_t *idx, const float *scores, const float
     }
 }
 
-void dt_moe_sigmoid_backward(float *dlogits, const float *scores, const float *w, const int32_t *idx, const float *dw, int BT, int E, int K,
-                             bool norm, float scale) {
+void dt_moe_sigmoid_backward(float *dlogits, const float *scores, const float *w, const int32_t *idx, const float *dw, const float *daux, int T,
+                             int BT, int E, int K, bool norm, float scale) {
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < BT; i++) {
-        const float *s = scores + (size_t)i * E, *wi = w + (size_t)i * K, *dwi = dw + (size_t)i * K;
+        const float *s = scores + (size_t)i * E, *wi = w + (size_t)i * K, *dwi = dw + (size_t)i * K, *da = daux ? daux + (size_t)(i / T) * E : NULL;
         const int32_t *ix = idx + (size_t)i * K;
         float *dl = dlogits + (size_t)i * E, sum = 0, wdw = 0;
         for (int j = 0; j < K; j++) sum += s[ix[j]], wdw += wi[j] * dwi[j];
         memset(dl, 0, (size_t)E * sizeof(float));
-        /* w_j = scale s_j / S: ds_j = scale (dw_j - sum w dw / scale) / S; then the sigmoid's s (1 - s) */
-        for (int j = 0; j < K; j++) {
-            float ds = norm ? scale * (dwi[j] - wdw / scale) / (sum + 1e-20f) : scale * dwi[j];
-            dl[ix[j]] = ds * s[ix[j]] * (1.0f - s[ix[j]]);
+        if (da) { /* d(s' = s / sum of all): ds_e = (da_e - sum da s') / sum */
+            float all = 0, dot = 0;
+            for (int e = 0; e < E; e++) all += s[e];
+            for (int e = 0; e < E; e++) dot += da[e] * s[e] / (all + 1e-20f);
+            for (int e = 0; e < E; e++) dl[e] = (da[e] - dot) / (all + 1e-20f);
         }
+        /* w_j = scale s_j / S: ds_j = scale (dw_j - sum w dw / scale) / S */
+        for (int j = 0; j < K; j++) dl[ix[j]] += norm ? scale * (dwi[j] - wdw / scale) / (sum + 1e-20f) : scale * dwi[j];
+        for (int e = 0; e < E; e++) dl[e] = dl[e] * s[e] * (1.0f - s[e]); /* the sigmoid's */
+    }
+}
+
+void dt_moe_seq_stats(double *count, double *psum, const float *probs, int BT, int T, int E, int K, bool sigmoid) {
+    for (int i = 0; i < BT; i++) {
+        const float *p = probs + (size_t)i * E;
+        size_t b = (size_t)(i / T) * E;
+        int32_t ix[DT_MOE_MAX_K];
+        topk_row(ix, p, E, K);
+        for (int j = 0; j < K; j++) count[b + ix[j]] += 1;
+        float all = 0;
+        for (int e = 0; sigmoid && e < E; e++) all += p[e];
+        for (int e = 0; e < E; e++) psum[b + e] += sigmoid ? p[e] / (all + 1e-20f) : p[e];
     }
 }
 

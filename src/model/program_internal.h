@@ -117,7 +117,11 @@ typedef struct {
     float *dce;                /* a token loss's d(loss)/d(each row's cross-entropy), from forward for backward */
     float *moe_work;           /* a mixture of experts' scratch (program_moe.c), its ints, and over the micro-batch's */
     int32_t *moe_int;          /* layers each expert's choices and probabilities summed [2E] and the rows that made them */
-    double *moe_acc, moe_rows;
+    double *moe_acc, moe_rows; /* then, with a sequence-wise loss, each layer's counts and probabilities by sequence */
+    size_t moe_seq;            /* and expert ([L][2][B][E]: moe_seq doubles, room for moe_seq_cap; moe_sum's likewise) */
+    size_t moe_seq_cap;
+    float *moe_daux;           /* a layer's d(loss)/d(probabilities) by sequence and expert [B][E], room for moe_daux_B */
+    int moe_daux_B;
     double moe_z;              /* the z-loss's sum of every layer's rows' lse^2 over the micro-batch */
     /* [2E + 2]: the micro-batch's choices and probabilities by expert, its rows and z-loss sum, as its losses take them:
      * summed over the ranks holding its other parts (part.sums), or this rank's (dt_program_moe_sums_post) */
@@ -219,6 +223,7 @@ struct dt_program {
     double ep_bytes;           /* the rows' bytes this rank sent to other ranks of its expert-parallel group since last read */
     double ep_rows;            /* and the rows its experts ran (forward), since last read */
     float z_coef;              /* the router z-loss's coefficient (dt_program_set_z_loss; 0: none) */
+    float seq_coef;            /* the sequence-wise balancing loss's (dt_program_set_seq_aux_loss; 0: none) */
     dt_program_device device;  /* forward and backward on a device (dt_program_set_device; forward NULL: the host) */
 };
 
@@ -254,6 +259,15 @@ typedef struct {
 void dt_program_moe_ep_forward(dt_program *p, const moe_ep_block *b, const float *xs, const float *w, float *ys);
 void dt_program_moe_ep_backward(dt_program *p, const moe_ep_block *b, float *dys, float *dw);
 void dt_program_moe_ep_free_keep(program_slot *s);
+/* The balancing losses (program_moe_balance.c). A micro-batch of B sequences begins: its balance from nothing (room
+ * made for its sequences' statistics); held layer l's probabilities [BT, E] counted for the sequence-wise loss; the
+ * rows a rank's balancing gradients divide by (the micro-batch's, every part's rows of every layer, over the
+ * context-parallel ranks whose gradients are averaged); layer l's d(loss)/d(probabilities) by sequence [B][E] from
+ * the Switch and sequence-wise losses, scaled with the loss's gradient (NULL: neither). */
+dt_status dt_program_moe_begin(dt_program *p, int B);
+void dt_program_moe_seq_count(dt_program *p, int l, const float *probs, int BT);
+double dt_program_moe_grad_rows(const dt_program *p);
+const float *dt_program_moe_daux(dt_program *p, int l);
 /* The micro-batch's balance as its losses take it (slot's moe_sum): this rank's, its sum over part.sums started. */
 dt_status dt_program_moe_sums_post(dt_program *p);
 /* That sum ended (nothing under way: nothing to wait for). */

@@ -2,9 +2,8 @@
  * the (token, choice) pairs are sorted by expert, each expert's SwiGLU MLP runs over its rows (kernels/moe.c), and
  * each token's output is its choices' outputs weighted by the router (renormalised over the k, Mixtral's), summed in
  * the experts' order (then a shared expert's, scaled by a sigmoid gate of the token, where the family has one). Dropless: every choice is computed. Kept for backward: the router's probabilities and the
- * gate|up products of every pair; the choices, the sort and the SwiGLU outputs are made again from them. With a
- * load-balancing coefficient the loss adds Hugging Face's load_balancing_loss_func: E sum_e f_e P_e, f_e the share
- * of all layers' choices that went to e and P_e its mean probability over all layers' tokens. */
+ * gate|up products of every pair; the choices, the sort and the SwiGLU outputs are made again from them. Forward
+ * counts what the balancing losses take (program_moe_balance.c), backward adds their gradients to the router's. */
 #include "program_internal.h"
 
 #include <math.h>
@@ -196,15 +195,9 @@ static void moe_forward(dt_program *p, int l, int k, const float *x, float *out)
     for (int i = 0; i < m.BT; i++)
         for (int e = 0; e < m.E; e++) psum[e] += m.probs[(size_t)i * m.E + e];
     p->s->moe_rows += m.BT;
+    if (p->seq_coef > 0) dt_program_moe_seq_count(p, l, m.probs, m.BT);
     for (int i = 0; p->z_coef > 0 && i < m.BT; i++) p->s->moe_z += (double)m.lse[i] * m.lse[i];
     p->moe_drops[0] += m.dropped, p->moe_drops[1] += m.pairs;
-}
-
-/* The rows a rank's balancing gradients divide by: the micro-batch's (every part's rows of every layer), over the
- * context-parallel ranks whose gradients are averaged. */
-static double grad_rows(const dt_program *p) {
-    int E = p->cfg.experts;
-    return p->s->moe_sum[2 * E] / (p->part.sums && p->part.cp_size > 1 ? p->part.cp_size : 1);
 }
 
 static void moe_backward(dt_program *p, int l, int k, const float *x, const float *dout, float *dx) {
@@ -223,18 +216,15 @@ static void moe_backward(dt_program *p, int l, int k, const float *x, const floa
                                 m.order, m.start, m.wg, m.wu, m.wd, m.E, m.C, m.F, p->prec, dt_program_moe_use(p));
     }
     dt_moe_combine(dx, m.r.ys, NULL, m.idx, m.row_of, m.BT, m.K, m.C, true);
-    /* the balancing loss's gradient reaches every probability: d/dp_te = coef E f_e / N, f_e the whole micro-batch's */
     dt_status st = dt_program_moe_sums_wait(p->s);
     if (st && !p->comm_err) p->comm_err = st;
-    const double *load = p->s->moe_sum;
-    double N = grad_rows(p);
-    float daux[DT_MOE_MAX_EXPERTS];
-    for (int e = 0; p->cfg.aux_coef > 0 && e < m.E; e++)
-        daux[e] = (float)(p->s->moe_gscale * p->cfg.aux_coef * m.E * (load[e] / load[2 * m.E]) / N);
-    if (biased(p)) dt_moe_sigmoid_backward(m.dlogits, m.probs, m.r.w, m.idx, m.r.dw, m.BT, m.E, m.K, p->cfg.norm_topk, p->cfg.routed_scale);
-    else dt_moe_router_backward(m.dlogits, m.probs, m.r.w, m.idx, m.r.dw, p->cfg.aux_coef > 0 ? daux : NULL, m.BT, m.E, m.K, p->cfg.norm_topk);
+    int T = m.BT / p->s->B;
+    const float *daux = dt_program_moe_daux(p, l); /* the balancing losses' gradients of the probabilities */
+    if (biased(p))
+        dt_moe_sigmoid_backward(m.dlogits, m.probs, m.r.w, m.idx, m.r.dw, daux, T, m.BT, m.E, m.K, p->cfg.norm_topk, p->cfg.routed_scale);
+    else dt_moe_router_backward(m.dlogits, m.probs, m.r.w, m.idx, m.r.dw, daux, T, m.BT, m.E, m.K, p->cfg.norm_topk);
     if (p->z_coef > 0 && !biased(p)) /* the z-loss: the mean of lse^2 over the micro-batch's layers and rows */
-        dt_moe_z_backward(m.dlogits, m.probs, m.lse, m.BT, m.E, (float)(p->s->moe_gscale * p->z_coef / N));
+        dt_moe_z_backward(m.dlogits, m.probs, m.lse, m.BT, m.E, (float)(p->s->moe_gscale * p->z_coef / dt_program_moe_grad_rows(p)));
     dt_lp_round(m.dlogits, (size_t)m.BT * m.E, p->prec); /* the router's output gradient */
     dt_matmul_backward(dx, m.grad[0], NULL, m.dlogits, x, m.router, m.BT, m.C, m.E);
     dt_lp_round(dx, (size_t)m.BT * m.C, p->prec);
@@ -323,50 +313,6 @@ void dt_program_moe_update_bias(dt_program *p, const double *load) {
 }
 
 bool dt_program_holds_block(const dt_program *p, int l) { return l >= 0 && l < p->cfg.num_layers && p->bk[l] >= 0; }
-
-dt_status dt_program_set_z_loss(dt_program *p, float coef) {
-    if (!(coef >= 0)) return dt_error(DT_ERR_ARG, "model: a router z-loss coefficient of %g", (double)coef);
-    if (coef > 0 && (!p->cfg.experts || biased(p)))
-        return dt_error(DT_ERR_ARG, "the router z-loss (--moe-z-loss) is a softmax router's: %s", p->cfg.experts ? "this one is the sigmoid router" : "the model has no experts");
-    p->z_coef = coef;
-    return DT_OK;
-}
-
-/* The balancing loss and the z-loss take the whole micro-batch: where ranks hold parts of it (pipeline stages its
- * layers, context-parallel ranks its rows) their sums are added over them, posted when a rank's last range has run
- * forward (every rank of the group posts its micro-batches in order) and waited for by the head's loss and the first
- * backward that needs them; the stages' forwards all come before the last stage's head, so no wait is a cycle. */
-dt_status dt_program_moe_sums_post(dt_program *p) {
-    program_slot *s = p->s;
-    int E = p->cfg.experts;
-    if (p->recomputing) return DT_OK;
-    memcpy(s->moe_sum, s->moe_acc, 2 * (size_t)E * sizeof(double));
-    s->moe_sum[2 * E] = s->moe_rows, s->moe_sum[2 * E + 1] = s->moe_z;
-    if (!p->part.sums) return DT_OK;
-    s->moe_ops = p->part.sums;
-    return p->part.sums->post(p->part.sums->ctx, s->moe_sum, 2 * (size_t)E + 2, &s->moe_req);
-}
-
-dt_status dt_program_moe_sums_wait(program_slot *s) {
-    if (!s->moe_req) return DT_OK;
-    dt_status st = s->moe_ops->wait(s->moe_ops->ctx, s->moe_req);
-    s->moe_req = NULL;
-    return st;
-}
-
-double dt_program_moe_z_loss(const dt_program *p) {
-    int E = p->cfg.experts;
-    return p->s && p->s->moe_sum && p->s->moe_sum[2 * E] ? p->s->moe_sum[2 * E + 1] / p->s->moe_sum[2 * E] : 0;
-}
-
-double dt_program_moe_balance_loss(const dt_program *p) {
-    const program_slot *s = p->s;
-    int E = p->cfg.experts;
-    if (!E || !s->moe_sum || !s->moe_sum[2 * E]) return 0;
-    double sum = 0, N = s->moe_sum[2 * E];
-    for (int e = 0; e < E; e++) sum += s->moe_sum[e] / N * (s->moe_sum[E + e] / N);
-    return E * sum;
-}
 
 void dt_program_moe_drops(dt_program *p, double *dropped, double *pairs) {
     *dropped = p->moe_drops[0], *pairs = p->moe_drops[1];

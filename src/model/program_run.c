@@ -249,6 +249,7 @@ void dt_program_free_slot(program_slot *s) {
     free(s->moe_acc);
     dt_program_moe_sums_wait(s); /* (its buffer is the slot's) */
     free(s->moe_sum);
+    free(s->moe_daux);
     free(s->lp_keep);
     dt_program_moe_ep_free_keep(s);
     memset(s, 0, sizeof *s);
@@ -509,7 +510,8 @@ static void head_forward(dt_program *p, const int32_t *targets, float *loss) {
         s->loss = (float)(dt_program_tp_crossentropy_forward(p, targets) / s->loss_tokens);
         if (p->token_loss) /* the caller's loss over the rows' cross-entropies; backward weighs each row by its d(loss) */
             s->loss = p->token_loss(p->token_loss_ctx, s->B, s->T, s->losses, targets, s->dce), s->loss_tokens = 1;
-        s->loss += (float)(p->cfg.aux_coef * dt_program_moe_balance_loss(p) + p->z_coef * dt_program_moe_z_loss(p)); /* a mixture of experts' */
+        s->loss += (float)(p->cfg.aux_coef * dt_program_moe_balance_loss(p) + p->z_coef * dt_program_moe_z_loss(p) +
+                           p->seq_coef * dt_program_moe_seq_loss(p)); /* a mixture of experts' */
         if (loss) *loss = s->loss;
     }
     unit_end();
@@ -558,8 +560,8 @@ static dt_status begin_micro_batch(dt_program *p, int BT, int T) {
     }
     s->keyed = p->key_src && dropping(p);
     dt_status st = dt_program_moe_sums_wait(s); /* an evaluation's, which no backward waited for */
+    if (!st && s->moe_acc) st = dt_program_moe_begin(p, BT / T);
     if (st) return st;
-    if (s->moe_acc) memset(s->moe_acc, 0, 2 * (size_t)p->cfg.experts * sizeof(double)), s->moe_rows = 0, s->moe_z = 0; /* a micro-batch's balance */
     if (s->keyed) memcpy(s->row_key, p->key_src, (size_t)(BT / T) * sizeof(uint64_t));
     return DT_OK;
 }

@@ -179,7 +179,7 @@ static dt_status model_part(run *r, const dt_gpt2_config *cfg, dt_model_part *pa
     }
     /* a mixture's balancing loss or z-loss over a micro-batch held in parts: the stages' layers, the CP ranks' rows */
     int pp = mesh_size(r, DT_MESH_PP), cp = mesh_size(r, DT_MESH_CP), tp = mesh_size(r, DT_MESH_TP);
-    if (cfg->experts && (cfg->aux_coef > 0 || c->moe_z_loss > 0) && (pp > 1 || cp > 1)) {
+    if (cfg->experts && (cfg->aux_coef > 0 || c->moe_z_loss > 0 || c->moe_seq_aux_loss > 0) && (pp > 1 || cp > 1)) {
         int color = dt_mesh_coord(r->mesh, DT_MESH_DP) * tp + dt_mesh_coord(r->mesh, DT_MESH_TP);
         if ((st = dt_comm_split(r->w, color, r->rank, &r->moe_sums))) return st;
         r->moe_sums_ops = dt_part_sums_over(r->moe_sums);
@@ -211,7 +211,9 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
         dt_gpt2_destroy(whole);
         if (st) return st;
     }
-    if ((st = dt_program_set_z_loss(dt_gpt2_program(*out), c->moe_z_loss))) return st;
+    if ((st = dt_program_set_z_loss(dt_gpt2_program(*out), c->moe_z_loss)) ||
+        (st = dt_program_set_seq_aux_loss(dt_gpt2_program(*out), c->moe_seq_aux_loss)))
+        return st;
     dt_gpt2_set_recompute(*out, c->recompute);
     dt_gpt2_set_attention(*out, (dt_attn_mode)c->attention);
     st = dt_gpt2_set_precision(*out, c->precision);
