@@ -6,7 +6,9 @@
 # the balancing loss changes the losses and, recomputed, gives the same ones, and under DDP 2, ZeRO-2/3, EP 2, PP 2
 # (every schedule) and CP 2 one process's; the router z-loss (under DDP 2, CP 2 and PP 2) and DeepSeek's shared
 # experts under DDP 2 (and EP 2) give one process's; the sequence-wise balancing loss on both routers under DDP 2,
-# ZeRO-2, EP 2, PP 2, CP 2 and TP 2 with SP gives one process's; a checkpoint saved by ZeRO-2 at step
+# ZeRO-2, EP 2, PP 2, CP 2 and TP 2 with SP gives one process's, and the global-batch loss (counted over the
+# data-parallel ranks) under DDP 2, ZeRO-2, EP 2, CP 2 and TP 2 with SP one process's with the global batch; a
+# checkpoint saved by ZeRO-2 at step
 # 10 goes on under PP 2 as the uninterrupted run does; the HF folder it exports reads back with the
 # same loss and decodes as the training forward does; the experts' load is in the metrics (a step's; an evaluation's,
 # alike on every layout, leaving the steps' figures alone); bf16 under DDP 2 gives one
@@ -270,6 +272,20 @@ run sqsoft_pp --batch 2 --grad-accum 2 --nproc 2 --pp 2 --moe-seq-aux-loss 0.1 &
 d=$(paste <(field loss "$dir/ref2.jsonl") <(field loss "$dir/sqsoft.jsonl") | head -1 | awk '{print $2 - $1}')
 awk -v d="$d" 'BEGIN{exit !(d > 0.3 && d < 0.5)}' && ok=1 || ok=0
 verdict $ok "the sequence-wise loss adds about 0.1 x 4 layers x 1 to the first step's loss (+$d)"
+# the global-batch balancing loss (Megatron's global_aux_loss): each layer's shares counted over every data-parallel
+# rank's micro-batch of the same index (a communicator of one tensor-parallel place) and over the step's micro-batches
+# so far, the probabilities over the rank's own rows, the ranks' gradients averaged: DDP 2, ZeRO-2, EP 2, CP 2 and TP 2
+# with SP give one process with the global batch in one micro-batch; PP 2 one process with the same micro-batches
+run glref4 --batch 4 --moe-global-aux-loss 0.1
+for l in "ddp:--batch 2 --nproc 2" "zero2:--batch 2 --nproc 2 --zero 2" "ep:--batch 2 --nproc 2 --ep 2" "cp:--batch 4 --nproc 2 --cp 2" \
+         "tpsp:--batch 4 --nproc 2 --tp 2 --sp"; do
+    run "gl_${l%%:*}" --moe-global-aux-loss 0.1 ${l#*:} && close "global-batch loss 0.1: ${l#*:}" "$dir/glref4.jsonl" "$dir/gl_${l%%:*}.jsonl"
+done
+run glref --batch 2 --grad-accum 2 --moe-global-aux-loss 0.1
+for s in 1f1b interleaved zb1; do
+    run "gl_pp_$s" --batch 2 --grad-accum 2 --nproc 2 --pp 2 --pp-schedule $s --moe-global-aux-loss 0.1 &&
+        close "global-batch loss 0.1: PP 2, $s, 2 micro-batches" "$dir/glref.jsonl" "$dir/gl_pp_$s.jsonl"
+done
 refused "the sequence-wise loss without experts" "the model has no experts" train --model llama-tiny --data "$dir/train.bin" --vocab 256 \
     --layers 2 --channels 48 --heads 12 --kv-heads 6 --max-seq 64 --seq 64 --batch 2 --steps 1 --moe-seq-aux-loss 0.1
 # GPT-2 with GELU experts (gpt2_moe: --experts on a GPT-2 replaces its MLP by E experts of up and down, no gate): the

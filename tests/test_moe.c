@@ -520,33 +520,71 @@ static void check_zloss(const char *dir) {
     dt_safetensors_close(f);
 }
 
-/* The sequence-wise balancing loss (scripts/make_seq_aux_fixture.py: Megatron's seq_aux_loss written out in torch over
- * transformers' router logits, at 0.3), on Mixtral's softmax router (beside its Switch loss at the folder's
- * coefficient) and DeepSeek-V3's sigmoid one: its value, the whole loss and every router's gradient. */
-static void seq_aux_case(const char *name, dt_program *p, dt_safetensors *f, const int32_t *in, const int32_t *tg, const char *hub) {
-    char key[64];
-    float loss = 0, want[2];
+/* The sequence-wise and global-batch balancing losses (scripts/make_seq_aux_fixture.py: Megatron's seq_aux_loss and
+ * global_aux_loss written out in torch over transformers' router logits, at 0.3 and 0.2, the global one on one
+ * micro-batch), each alone, on Mixtral's softmax router (beside its Switch loss at the folder's coefficient) and
+ * DeepSeek-V3's sigmoid one: its value, the whole loss and every router's gradient. */
+static void balance_case(const char *name, bool global, dt_program *p, dt_safetensors *f, const int32_t *in, const int32_t *tg, const char *hub) {
+    char key[64], what[96], grads[128];
+    float loss = 0, want[2], coef = global ? 0.2f : 0.3f;
     int one = 1;
     model = name;
-    dt_status st = dt_program_set_seq_aux_loss(p, 0.3f);
-    if (!st) dt_program_zero_grad(p);
+    dt_status st = dt_program_set_seq_aux_loss(p, global ? 0 : coef);
+    if (!st) st = dt_program_set_global_aux_loss(p, global ? coef : 0);
+    if (!st) dt_program_moe_new_step(p), dt_program_zero_grad(p);
     if (!st) st = dt_program_forward(p, in, tg, B, T, &loss);
     if (!st) st = dt_program_backward(p, 1.0f);
     snprintf(key, sizeof key, "seq_%s", name);
     if (!st) st = dt_safetensors_read(f, key, 1, &one, 0, &want[0]);
     snprintf(key, sizeof key, "loss_%s", name);
     if (!st) st = dt_safetensors_read(f, key, 1, &one, 0, &want[1]);
+    const char *loss_name = global ? "global-batch" : "sequence-wise";
     if (!st) {
-        expect("the sequence-wise loss's value (every layer's)", fabs(dt_program_moe_seq_loss(p) - want[0]) / want[0], 1e-5);
-        expect("the loss with 0.3 x the sequence-wise loss", fabs(loss - want[1]) / want[1], 1e-6);
+        double v = global ? dt_program_moe_global_loss(p) : dt_program_moe_seq_loss(p);
+        snprintf(what, sizeof what, "the %s loss's value (every layer's)", loss_name);
+        expect(what, fabs(v - want[0]) / want[0], 1e-5);
+        snprintf(what, sizeof what, "the loss with %.1f x the %s loss", (double)coef, loss_name);
+        expect(what, fabs(loss - want[1]) / want[1], 1e-6);
     }
     double worst = 0;
-    if (!st) st = router_grads_err(p, f, hub, &worst);
-    if (!st) expect("every router's gradient with the sequence-wise loss", worst, 1e-5);
-    if (st) verdict("the sequence-wise fixture", false, dt_last_error());
+    snprintf(grads, sizeof grads, "grad_%s.%s", name, hub);
+    if (!st) st = router_grads_err(p, f, grads, &worst);
+    snprintf(what, sizeof what, "every router's gradient with the %s loss", loss_name);
+    if (!st) expect(what, worst, 1e-5);
+    if (st) verdict("the balancing losses' fixture", false, dt_last_error());
 }
 
-static void check_seq_aux(const char *dir) {
+/* The global-batch loss over a step's micro-batches: the second of two (each one row of the fixture) takes its shares
+ * from both micro-batches' choices (Megatron's running average), its probabilities from its own rows; the choices and
+ * probabilities counted here from the router's (a softmax router's top-k). */
+static void check_global_running(dt_program *p, const int32_t *in, const int32_t *tg) {
+    const dt_lm_config *c = dt_program_config(p);
+    int L = c->num_layers, E = c->experts, K = c->experts_top_k;
+    double count[8][DT_MOE_MAX_EXPERTS] = { { 0 } }, want = 0;
+    float loss, w[DT_MOE_MAX_K];
+    int32_t idx[DT_MOE_MAX_K];
+    model = "global";
+    dt_status st = L <= 8 ? dt_program_set_global_aux_loss(p, 0.2f) : dt_error(DT_ERR_ARG, "%d layers", L);
+    if (!st) dt_program_moe_new_step(p);
+    for (int mb = 0; !st && mb < 2; mb++) {
+        st = dt_program_forward(p, in + mb * T, tg + mb * T, 1, T, &loss);
+        for (int l = 0; !st && l < L; l++) {
+            const float *pr = dt_program_moe_probs(p, l);
+            double P[DT_MOE_MAX_EXPERTS] = { 0 };
+            for (int i = 0; pr && i < T; i++) {
+                dt_moe_topk(w, idx, pr + (size_t)i * E, 1, E, K, false);
+                for (int j = 0; j < K; j++) count[l][idx[j]] += 1;
+                for (int e = 0; e < E; e++) P[e] += pr[(size_t)i * E + e] / T;
+            }
+            for (int e = 0; pr && mb == 1 && e < E; e++) want += E * count[l][e] / (2.0 * T * K) * P[e];
+        }
+    }
+    if (!st) expect("global-batch loss: a step's second micro-batch takes both micro-batches' choices", fabs(dt_program_moe_global_loss(p) - want) / want, 1e-6);
+    else verdict("global-batch loss over two micro-batches", false, dt_last_error());
+    dt_program_set_global_aux_loss(p, 0);
+}
+
+static void check_balance_losses(const char *dir) {
     char folder[512], path[512], fxp[512];
     snprintf(folder, sizeof folder, "%s/moe/mixtral", dir);
     snprintf(fxp, sizeof fxp, "%s/moe/mixtral.safetensors", dir);
@@ -555,20 +593,23 @@ static void check_seq_aux(const char *dir) {
     dt_safetensors *fx = NULL, *f = NULL;
     dt_lm_config cfg;
     int32_t in[B * T], tg[B * T];
-    model = "seq-aux";
+    const char *mixtral = "model.layers.%d.block_sparse_moe.gate.weight", *deepseek = "model.layers.%d.mlp.gate.weight";
+    model = "balance";
     dt_status st = dt_safetensors_open(path, &f);
     if (!st) st = dt_program_load_hf(folder, &p);
     if (!st) st = dt_safetensors_open(fxp, &fx);
     if (!st) st = dt_safetensors_read_i32(fx, "inputs", B * T, in);
     if (!st) st = dt_safetensors_read_i32(fx, "targets", B * T, tg);
-    if (!st) seq_aux_case("softmax", p, f, in, tg, "grad_softmax.model.layers.%d.block_sparse_moe.gate.weight");
+    if (!st) balance_case("softmax", false, p, f, in, tg, mixtral), balance_case("glob_softmax", true, p, f, in, tg, mixtral);
+    if (!st) check_global_running(p, in, tg);
     dt_program_destroy(p);
     dt_safetensors_close(fx);
     p = NULL, fx = NULL;
     snprintf(fxp, sizeof fxp, "%s/moe/deepseek_moe.safetensors", dir);
+    model = "balance";
     if (!st) st = sigmoid_fixture(fxp, "deepseek_moe", 2, &fx, &cfg, &p, in, tg);
-    if (!st) seq_aux_case("sigmoid", p, f, in, tg, "grad_sigmoid.model.layers.%d.mlp.gate.weight");
-    if (st) verdict("the sequence-wise fixtures", false, dt_last_error());
+    if (!st) balance_case("sigmoid", false, p, f, in, tg, deepseek), balance_case("glob_sigmoid", true, p, f, in, tg, deepseek);
+    if (st) verdict("the balancing losses' fixtures", false, dt_last_error());
     dt_program_destroy(p);
     dt_safetensors_close(fx);
     dt_safetensors_close(f);
@@ -724,7 +765,7 @@ int main(int argc, char **argv) {
     check_capacity(dir);
     check_zloss(dir);
     check_deepseek(dir);
-    check_seq_aux(dir);
+    check_balance_losses(dir);
     model = "kernels";
     check_bf16_experts();
     check_gelu_experts();

@@ -415,6 +415,9 @@ typedef struct dt_model_part {
     /* the ranks holding the other parts of each micro-batch (stages, context-parallel ranks; NULL: none): a mixture's
      * balancing loss and z-loss are over the whole micro-batch */
     const dt_part_sums *sums;
+    /* the ranks whose micro-batches of the same index make a global one (data-parallel, expert-parallel, stages and
+     * context-parallel ranks: all of one tensor-parallel place; NULL: none): the global-batch balancing loss's counts */
+    const dt_part_sums *global_sums;
 } dt_model_part;
 /* The whole model as one part (no splitting). */
 dt_model_part dt_gpt2_whole(const dt_gpt2_config *cfg);

@@ -125,6 +125,15 @@ double dt_program_moe_z_loss(const dt_program *p);
  * 0 turns it off. The last forward's value (before its coefficient). */
 dt_status dt_program_set_seq_aux_loss(dt_program *p, float coef);
 double dt_program_moe_seq_loss(const dt_program *p);
+/* The global-batch balancing loss (Megatron's global_aux_loss; the Qwen team's global-batch balance): each layer's
+ * E sum_e f_e P_e, f_e the share of the K most probable experts' choices that went to e, counted over the micro-batches
+ * of the same index on every rank of the model's part.global_sums (data parallelism) and over the step's micro-batches
+ * so far (Megatron's running average: dt_program_moe_new_step starts a step), P_e e's mean probability over the
+ * global micro-batch; summed over the layers, coef times it joins the loss. Either router; 0 turns it off. The last
+ * forward's value (before its coefficient). */
+dt_status dt_program_set_global_aux_loss(dt_program *p, float coef);
+double dt_program_moe_global_loss(const dt_program *p);
+void dt_program_moe_new_step(dt_program *p);
 void dt_program_moe_load(dt_program *p, double *load);
 /* The choices a capacity dropped, and all choices, since the last call (then zeroed). */
 void dt_program_moe_drops(dt_program *p, double *dropped, double *pairs);

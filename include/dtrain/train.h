@@ -92,6 +92,7 @@ typedef struct {
     dt_grpo_config grpo;      /* --grpo PROMPTS and its flags */
     float moe_z_loss;         /* --moe-z-loss X: the router z-loss's coefficient (0: none) */
     float moe_seq_aux_loss;   /* --moe-seq-aux-loss X: the sequence-wise balancing loss's (0: none) */
+    float moe_global_aux_loss; /* --moe-global-aux-loss X: the global-batch balancing loss's (0: none) */
     int shared_experts;       /* --shared-experts S: DeepSeek's S ungated shared experts of --ffn each beside the routed ones */
     double stall_timeout;     /* seconds a rank may wait for a live peer that never joins (warn; 2x: stop); 0 off */
     int skip_nonfinite;       /* a step whose loss or gradient norm is not finite is skipped (else the run stops) */

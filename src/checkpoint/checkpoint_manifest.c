@@ -137,6 +137,7 @@ static void settings_section(cJSON *j, const dt_train_config *c, int nranks, con
     if (c->dpo_beta > 0) cJSON_AddNumberToObject(x, "dpo_beta", c->dpo_beta);
     if (c->moe_z_loss > 0) cJSON_AddNumberToObject(x, "moe_z_loss", c->moe_z_loss);
     if (c->moe_seq_aux_loss > 0) cJSON_AddNumberToObject(x, "moe_seq_aux_loss", c->moe_seq_aux_loss);
+    if (c->moe_global_aux_loss > 0) cJSON_AddNumberToObject(x, "moe_global_aux_loss", c->moe_global_aux_loss);
     codec_settings(x, &c->codec);
 }
 

@@ -138,6 +138,7 @@ static void take_data(const cJSON *j, dt_train_config *c) {
     if (!dt_ckpt_number(j, "settings", "dpo_beta", "", &beta)) c->dpo_beta = beta;
     take_float(j, "settings", "moe_z_loss", &c->moe_z_loss);
     take_float(j, "settings", "moe_seq_aux_loss", &c->moe_seq_aux_loss);
+    take_float(j, "settings", "moe_global_aux_loss", &c->moe_global_aux_loss);
 }
 
 /* Gradient compression's codec and its settings. */

@@ -52,7 +52,10 @@ static void usage(FILE *f) {
             "                     Megatron's seq_aux_loss; DeepSeek-V3 used 1e-4): each layer's mean over the\n"
             "                     sequences of sum_e f_e P_e, f_e = E / (K T) x the sequence's tokens whose K most\n"
             "                     probable experts hold e, P_e e's mean probability (the sigmoid router's scores\n"
-            "                     normalised); either router; the same on every layout"
+            "                     normalised); either router; the same on every layout\n"
+            "  --moe-global-aux-loss X  add X times the global-batch balancing loss (Megatron's global_aux_loss):\n"
+            "                     each layer's E sum_e f_e P_e, f_e counted over every data-parallel rank's\n"
+            "                     micro-batch of the same index and the step's micro-batches so far; either router\n"
             "  --router R         softmax (Mixtral's, the default) or sigmoid-bias (DeepSeek-V3's: sigmoid scores, a\n"
             "                     bias per expert that only chooses and that each step's load moves by --bias-update\n"
             "                     X (0.001); --expert-groups G, --group-top-k T: a token chooses within its T best of\n"
@@ -320,7 +323,7 @@ static const dt_cli_flag flags[] = {
     { "--layers", "a whole number from 1 to 1e5" }, { "--heads", "a whole number from 1 to 1e5" },
     { "--channels", "a whole number from 1 to 1e6" }, { "--vocab", "a whole number from 1 to 2^30" },
     { "--max-seq", "a whole number from 1 to 1e7" }, { "--kv-heads", "a whole number from 1 to 1e5" }, { "--ffn", "a whole number from 1 to 1e7" }, { "--experts", "a whole number from 1 to 4096" },
-    { "--experts-top-k", "a whole number from 1 to 32" }, { "--moe-aux-loss", "a number from 0 to 1e3" }, { "--moe-z-loss", "a number from 0 to 1e3" }, { "--moe-seq-aux-loss", "a number from 0 to 1e3" }, { "--shared-experts", "a whole number from 1 to 64" }, { "--moe-every", "a whole number of layers from 1 to 1e5" }, { "--first-dense", "a whole number of layers from 0 to 1e5" }, { "--dense-ffn", "a whole number from 1 to 1e7" },
+    { "--experts-top-k", "a whole number from 1 to 32" }, { "--moe-aux-loss", "a number from 0 to 1e3" }, { "--moe-z-loss", "a number from 0 to 1e3" }, { "--moe-seq-aux-loss", "a number from 0 to 1e3" }, { "--moe-global-aux-loss", "a number from 0 to 1e3" }, { "--shared-experts", "a whole number from 1 to 64" }, { "--moe-every", "a whole number of layers from 1 to 1e5" }, { "--first-dense", "a whole number of layers from 0 to 1e5" }, { "--dense-ffn", "a whole number from 1 to 1e7" },
     { "--expert-groups", "a whole number from 1 to 4096" }, { "--group-top-k", "a whole number from 1 to 4096" },
     { "--routed-scale", "a number from 1e-6 to 1e3" }, { "--bias-update", "a number from 0 to 1" },
     { "--capacity-factor", "a number above 0, up to 1e3 (without it: dropless)" }, { "--drop-policy", "probs or position" }, { "--stall-timeout", "seconds from 0 (off) to 1e6" }, { "--print-every", "a whole number of steps from 1 to 1e9" },
@@ -528,7 +531,7 @@ static int number_flag(const char *f, const char *v, dt_train_config *c, train_o
         { "--expert-groups", 1, 4096, 1, &c->shape.expert_groups, 'i' }, { "--group-top-k", 1, 4096, 1, &c->shape.group_top_k, 'i' },
         { "--routed-scale", 1e-6, 1e3, 0, &c->shape.routed_scale, 'f' }, { "--bias-update", 0, 1, 0, &c->shape.bias_rate, 'f' },
         { "--capacity-factor", 1e-6, 1e3, 0, &c->shape.capacity_factor, 'f' }, { "--lora-rank", 1, 65536, 1, &c->lora.rank, 'i' },
-        { "--lora-alpha", 1e-6, 1e6, 0, &c->lora.alpha, 'f' }, { "--lora-dropout", 0, 0.999, 0, &c->lora.dropout, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c->dpo_beta, 'd' }, { "--grpo-group", 2, 4096, 1, &c->grpo.group, 'i' }, { "--grpo-iterations", 1, 1000, 1, &c->grpo.iterations, 'i' }, { "--grpo-beta", 0, 1e6, 0, &c->grpo.beta, 'd' }, { "--grpo-epsilon", 0, 1e3, 0, &c->grpo.epsilon, 'd' }, { "--completion-tokens", 1, 1e6, 1, &c->grpo.completion, 'i' }, { "--temperature", 0, 100, 0, &c->grpo.temperature, 'f' }, { "--top-k", 0, 1 << 30, 1, &c->grpo.top_k, 'i' }, { "--moe-z-loss", 0, 1e3, 0, &c->moe_z_loss, 'f' }, { "--moe-seq-aux-loss", 0, 1e3, 0, &c->moe_seq_aux_loss, 'f' }, { "--shared-experts", 1, 64, 1, &c->shared_experts, 'i' }, { "--moe-every", 1, 1e5, 1, &c->shape.moe_every, 'i' }, { "--first-dense", 0, 1e5, 1, &c->shape.first_dense, 'i' }, { "--dense-ffn", 1, 1e7, 1, &c->shape.dense_ffn, 'i' }, { "--print-every", 1, 1e9, 1, &c->print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c->stall_timeout, 'd' },
+        { "--lora-alpha", 1e-6, 1e6, 0, &c->lora.alpha, 'f' }, { "--lora-dropout", 0, 0.999, 0, &c->lora.dropout, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c->dpo_beta, 'd' }, { "--grpo-group", 2, 4096, 1, &c->grpo.group, 'i' }, { "--grpo-iterations", 1, 1000, 1, &c->grpo.iterations, 'i' }, { "--grpo-beta", 0, 1e6, 0, &c->grpo.beta, 'd' }, { "--grpo-epsilon", 0, 1e3, 0, &c->grpo.epsilon, 'd' }, { "--completion-tokens", 1, 1e6, 1, &c->grpo.completion, 'i' }, { "--temperature", 0, 100, 0, &c->grpo.temperature, 'f' }, { "--top-k", 0, 1 << 30, 1, &c->grpo.top_k, 'i' }, { "--moe-z-loss", 0, 1e3, 0, &c->moe_z_loss, 'f' }, { "--moe-seq-aux-loss", 0, 1e3, 0, &c->moe_seq_aux_loss, 'f' }, { "--moe-global-aux-loss", 0, 1e3, 0, &c->moe_global_aux_loss, 'f' }, { "--shared-experts", 1, 64, 1, &c->shared_experts, 'i' }, { "--moe-every", 1, 1e5, 1, &c->shape.moe_every, 'i' }, { "--first-dense", 0, 1e5, 1, &c->shape.first_dense, 'i' }, { "--dense-ffn", 1, 1e7, 1, &c->shape.dense_ffn, 'i' }, { "--print-every", 1, 1e9, 1, &c->print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c->stall_timeout, 'd' },
     };
     return dt_cli_number_flag(nums, sizeof nums / sizeof nums[0], f, v);
 }

@@ -815,6 +815,7 @@ void dt_program_destroy(dt_program *p) {
     free(p->kv_sum);
     free(p->moe_load);
     free(p->moe_bias);
+    free(p->glob_run);
     dt_program_moe_ep_free_work(p);
     dt_free_aligned(p->params_lp);
     dt_free_aligned(p->lp_work);

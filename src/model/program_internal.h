@@ -122,6 +122,13 @@ typedef struct {
     size_t moe_seq_cap;
     float *moe_daux;           /* a layer's d(loss)/d(probabilities) by sequence and expert [B][E], room for moe_daux_B */
     int moe_daux_B;
+    /* the global-batch loss's: each layer's top-k counts, probabilities' sums and rows [L][2E + 1], this rank's then
+     * (moe_glob_req) summed over part.global_sums; then (moe_glob_f) each layer's shares of the step's global choices so
+     * far [L][E], made once the sum has landed (moe_glob_ready) */
+    double *moe_glob, *moe_glob_f;
+    void *moe_glob_req;
+    const dt_part_sums *moe_glob_ops;
+    bool moe_glob_ready;
     double moe_z;              /* the z-loss's sum of every layer's rows' lse^2 over the micro-batch */
     /* [2E + 2]: the micro-batch's choices and probabilities by expert, its rows and z-loss sum, as its losses take them:
      * summed over the ranks holding its other parts (part.sums), or this rank's (dt_program_moe_sums_post) */
@@ -224,6 +231,8 @@ struct dt_program {
     double ep_rows;            /* and the rows its experts ran (forward), since last read */
     float z_coef;              /* the router z-loss's coefficient (dt_program_set_z_loss; 0: none) */
     float seq_coef;            /* the sequence-wise balancing loss's (dt_program_set_seq_aux_loss; 0: none) */
+    float glob_coef;           /* the global-batch balancing loss's (dt_program_set_global_aux_loss; 0: none) */
+    double *glob_run;          /* its counts and rows by layer [L][E + 1], summed over the step's micro-batches so far */
     dt_program_device device;  /* forward and backward on a device (dt_program_set_device; forward NULL: the host) */
 };
 
@@ -260,18 +269,20 @@ void dt_program_moe_ep_forward(dt_program *p, const moe_ep_block *b, const float
 void dt_program_moe_ep_backward(dt_program *p, const moe_ep_block *b, float *dys, float *dw);
 void dt_program_moe_ep_free_keep(program_slot *s);
 /* The balancing losses (program_moe_balance.c). A micro-batch of B sequences begins: its balance from nothing (room
- * made for its sequences' statistics); held layer l's probabilities [BT, E] counted for the sequence-wise loss; the
- * rows a rank's balancing gradients divide by (the micro-batch's, every part's rows of every layer, over the
- * context-parallel ranks whose gradients are averaged); layer l's d(loss)/d(probabilities) by sequence [B][E] from
- * the Switch and sequence-wise losses, scaled with the loss's gradient (NULL: neither). */
+ * made for its sequences' statistics); held layer l's probabilities [BT, E] counted for the sequence-wise and
+ * global-batch losses; the rows a rank's balancing gradients divide by (the micro-batch's, every part's rows of every
+ * layer, over the context-parallel ranks whose gradients are averaged); layer l's d(loss)/d(probabilities) by
+ * sequence [B][E] from the Switch, sequence-wise and global-batch losses (rows: the layer's on this rank), scaled
+ * with the loss's gradient (NULL: none). */
 dt_status dt_program_moe_begin(dt_program *p, int B);
-void dt_program_moe_seq_count(dt_program *p, int l, const float *probs, int BT);
+void dt_program_moe_count(dt_program *p, int l, const float *probs, int BT);
 double dt_program_moe_grad_rows(const dt_program *p);
-const float *dt_program_moe_daux(dt_program *p, int l);
+const float *dt_program_moe_daux(dt_program *p, int l, int rows);
 /* The micro-batch's balance as its losses take it (slot's moe_sum): this rank's, its sum over part.sums started. */
 dt_status dt_program_moe_sums_post(dt_program *p);
-/* That sum ended (nothing under way: nothing to wait for). */
+/* Those sums ended (nothing under way: nothing to wait for); land: and the global counts taken into the step's. */
 dt_status dt_program_moe_sums_wait(program_slot *s);
+dt_status dt_program_moe_sums_land(dt_program *p);
 void dt_program_moe_ep_free_work(dt_program *p);
 size_t dt_program_moe_ep_bytes(const dt_program *p);
 

@@ -195,7 +195,7 @@ static void moe_forward(dt_program *p, int l, int k, const float *x, float *out)
     for (int i = 0; i < m.BT; i++)
         for (int e = 0; e < m.E; e++) psum[e] += m.probs[(size_t)i * m.E + e];
     p->s->moe_rows += m.BT;
-    if (p->seq_coef > 0) dt_program_moe_seq_count(p, l, m.probs, m.BT);
+    if (p->seq_coef > 0 || p->glob_coef > 0) dt_program_moe_count(p, l, m.probs, m.BT);
     for (int i = 0; p->z_coef > 0 && i < m.BT; i++) p->s->moe_z += (double)m.lse[i] * m.lse[i];
     p->moe_drops[0] += m.dropped, p->moe_drops[1] += m.pairs;
 }
@@ -216,10 +216,10 @@ static void moe_backward(dt_program *p, int l, int k, const float *x, const floa
                                 m.order, m.start, m.wg, m.wu, m.wd, m.E, m.C, m.F, p->prec, dt_program_moe_use(p));
     }
     dt_moe_combine(dx, m.r.ys, NULL, m.idx, m.row_of, m.BT, m.K, m.C, true);
-    dt_status st = dt_program_moe_sums_wait(p->s);
+    dt_status st = dt_program_moe_sums_land(p);
     if (st && !p->comm_err) p->comm_err = st;
     int T = m.BT / p->s->B;
-    const float *daux = dt_program_moe_daux(p, l); /* the balancing losses' gradients of the probabilities */
+    const float *daux = dt_program_moe_daux(p, l, m.BT); /* the balancing losses' gradients of the probabilities */
     if (biased(p))
         dt_moe_sigmoid_backward(m.dlogits, m.probs, m.r.w, m.idx, m.r.dw, daux, T, m.BT, m.E, m.K, p->cfg.norm_topk, p->cfg.routed_scale);
     else dt_moe_router_backward(m.dlogits, m.probs, m.r.w, m.idx, m.r.dw, daux, T, m.BT, m.E, m.K, p->cfg.norm_topk);

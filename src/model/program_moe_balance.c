@@ -24,6 +24,19 @@ dt_status dt_program_set_z_loss(dt_program *p, float coef) {
     return DT_OK;
 }
 
+dt_status dt_program_set_global_aux_loss(dt_program *p, float coef) {
+    if (!(coef >= 0)) return dt_error(DT_ERR_ARG, "model: a global-batch balancing loss coefficient of %g", (double)coef);
+    if (coef > 0 && !p->cfg.experts) return dt_error(DT_ERR_ARG, "the global-batch balancing loss (--moe-global-aux-loss) is a mixture's: the model has no experts");
+    if (coef > 0 && !p->glob_run && !(p->glob_run = calloc((size_t)p->cfg.num_layers * (p->cfg.experts + 1), sizeof(double))))
+        return dt_error(DT_ERR_NOMEM, "model: out of memory");
+    p->glob_coef = coef;
+    return DT_OK;
+}
+
+void dt_program_moe_new_step(dt_program *p) {
+    if (p->glob_run) memset(p->glob_run, 0, (size_t)p->cfg.num_layers * (p->cfg.experts + 1) * sizeof(double));
+}
+
 dt_status dt_program_set_seq_aux_loss(dt_program *p, float coef) {
     if (!(coef >= 0)) return dt_error(DT_ERR_ARG, "model: a sequence-wise balancing loss coefficient of %g", (double)coef);
     if (coef > 0 && !p->cfg.experts) return dt_error(DT_ERR_ARG, "the sequence-wise balancing loss (--moe-seq-aux-loss) is a mixture's: the model has no experts");
@@ -49,17 +62,31 @@ dt_status dt_program_moe_begin(dt_program *p, int B) {
         if (!daux) return dt_error(DT_ERR_NOMEM, "model: no room for %d sequences' balancing gradients over %zu experts", B, E);
         s->moe_daux = daux, s->moe_daux_B = B;
     }
+    size_t g = (size_t)p->cfg.num_layers * (2 * E + 1);
+    if (p->glob_coef > 0 && !s->moe_glob) {
+        s->moe_glob = calloc(g, sizeof(double)), s->moe_glob_f = calloc((size_t)p->cfg.num_layers * E, sizeof(double));
+        if (!s->moe_glob || !s->moe_glob_f) return dt_error(DT_ERR_NOMEM, "model: no room for the global-batch balance's counts");
+    }
+    if (s->moe_glob) memset(s->moe_glob, 0, g * sizeof(double));
+    s->moe_glob_ready = false;
     s->moe_seq = n;
     memset(s->moe_acc, 0, (2 * E + n) * sizeof(double));
     s->moe_rows = 0, s->moe_z = 0;
     return DT_OK;
 }
 
-void dt_program_moe_seq_count(dt_program *p, int l, const float *probs, int BT) {
+void dt_program_moe_count(dt_program *p, int l, const float *probs, int BT) {
     program_slot *s = p->s;
-    size_t BE = (size_t)s->B * p->cfg.experts;
-    double *count = s->moe_acc + 2 * (size_t)p->cfg.experts + (size_t)l * 2 * BE;
-    dt_moe_seq_stats(count, count + BE, probs, BT, BT / s->B, p->cfg.experts, p->cfg.experts_top_k, biased(p));
+    size_t E = (size_t)p->cfg.experts, BE = (size_t)s->B * E;
+    if (p->seq_coef > 0) {
+        double *count = s->moe_acc + 2 * E + (size_t)l * 2 * BE;
+        dt_moe_seq_stats(count, count + BE, probs, BT, BT / s->B, (int)E, p->cfg.experts_top_k, biased(p));
+    }
+    if (p->glob_coef > 0) { /* one "sequence" of every row */
+        double *count = s->moe_glob + (size_t)l * (2 * E + 1);
+        dt_moe_seq_stats(count, count + E, probs, BT, BT, (int)E, p->cfg.experts_top_k, biased(p));
+        count[2 * E] += BT;
+    }
 }
 
 dt_status dt_program_moe_sums_post(dt_program *p) {
@@ -69,15 +96,44 @@ dt_status dt_program_moe_sums_post(dt_program *p) {
     memcpy(s->moe_sum, s->moe_acc, 2 * E * sizeof(double));
     s->moe_sum[2 * E] = s->moe_rows, s->moe_sum[2 * E + 1] = s->moe_z;
     memcpy(s->moe_sum + 2 * E + 2, s->moe_acc + 2 * E, s->moe_seq * sizeof(double));
-    if (!p->part.sums) return DT_OK;
-    s->moe_ops = p->part.sums;
-    return p->part.sums->post(p->part.sums->ctx, s->moe_sum, 2 * E + 2 + s->moe_seq, &s->moe_req);
+    dt_status st = DT_OK;
+    if (p->part.sums) {
+        s->moe_ops = p->part.sums;
+        st = p->part.sums->post(p->part.sums->ctx, s->moe_sum, 2 * E + 2 + s->moe_seq, &s->moe_req);
+    }
+    if (!st && s->moe_glob && p->part.global_sums) {
+        s->moe_glob_ops = p->part.global_sums;
+        st = p->part.global_sums->post(p->part.global_sums->ctx, s->moe_glob, (size_t)p->cfg.num_layers * (2 * E + 1), &s->moe_glob_req);
+    }
+    return st;
 }
 
 dt_status dt_program_moe_sums_wait(program_slot *s) {
-    if (!s->moe_req) return DT_OK;
-    dt_status st = s->moe_ops->wait(s->moe_ops->ctx, s->moe_req);
-    s->moe_req = NULL;
+    dt_status st = DT_OK, st2 = DT_OK;
+    if (s->moe_req) st = s->moe_ops->wait(s->moe_ops->ctx, s->moe_req);
+    if (s->moe_glob_req) st2 = s->moe_glob_ops->wait(s->moe_glob_ops->ctx, s->moe_glob_req);
+    s->moe_req = s->moe_glob_req = NULL;
+    return st ? st : st2;
+}
+
+/* The global counts landed: added to the step's so far, each layer's shares of them f_e = counts_e / (rows K), the
+ * step's micro-batches so far together (Megatron's running average over a step's accumulation), taken once. */
+static void take_global(dt_program *p) {
+    program_slot *s = p->s;
+    int E = p->cfg.experts, K = p->cfg.experts_top_k;
+    if (!s->moe_glob || s->moe_glob_ready) return;
+    for (int l = 0; l < p->cfg.num_layers; l++) {
+        const double *c = s->moe_glob + (size_t)l * (2 * E + 1);
+        double *run = p->glob_run + (size_t)l * (E + 1);
+        for (int e = 0; e <= E; e++) run[e] += c[e == E ? 2 * E : e];
+        for (int e = 0; e < E; e++) s->moe_glob_f[(size_t)l * E + e] = run[E] > 0 ? run[e] / (run[E] * K) : 0;
+    }
+    s->moe_glob_ready = true;
+}
+
+dt_status dt_program_moe_sums_land(dt_program *p) {
+    dt_status st = dt_program_moe_sums_wait(p->s);
+    if (!st) take_global(p);
     return st;
 }
 
@@ -122,16 +178,28 @@ double dt_program_moe_seq_loss(const dt_program *p) {
     return loss;
 }
 
+double dt_program_moe_global_loss(const dt_program *p) {
+    const program_slot *s = p->s;
+    int E = p->cfg.experts;
+    if (!E || !s || !s->moe_glob || !s->moe_glob_ready) return 0;
+    double loss = 0; /* each layer's E sum_e f_e P_e, P_e over the global micro-batch (the ranks' losses' mean) */
+    for (int l = 0; l < p->cfg.num_layers; l++) {
+        const double *c = s->moe_glob + (size_t)l * (2 * E + 1);
+        for (int e = 0; c[2 * E] > 0 && e < E; e++) loss += E * s->moe_glob_f[(size_t)l * E + e] * (c[E + e] / c[2 * E]);
+    }
+    return loss;
+}
+
 double dt_program_moe_grad_rows(const dt_program *p) {
     int E = p->cfg.experts;
     return p->s->moe_sum[2 * E] / (p->part.sums && p->part.cp_size > 1 ? p->part.cp_size : 1);
 }
 
-const float *dt_program_moe_daux(dt_program *p, int l) {
+const float *dt_program_moe_daux(dt_program *p, int l, int rows) {
     program_slot *s = p->s;
     int E = p->cfg.experts, K = p->cfg.experts_top_k;
-    bool sw = p->cfg.aux_coef > 0 && !biased(p), seq = s->moe_seq > 0;
-    if (!sw && !seq) return NULL;
+    bool sw = p->cfg.aux_coef > 0 && !biased(p), seq = s->moe_seq > 0, glob = s->moe_glob_ready;
+    if (!sw && !seq && !glob) return NULL;
     /* Switch's: d/dp_te = coef E f_e / N, f_e the whole micro-batch's share; the sequence-wise: coef f_be / (B T_b) */
     const double *load = s->moe_sum;
     double N = dt_program_moe_grad_rows(p), parts = p->part.sums && p->part.cp_size > 1 ? p->part.cp_size : 1;
@@ -141,6 +209,8 @@ const float *dt_program_moe_daux(dt_program *p, int l) {
         for (int e = 0; e < E; e++) {
             double d = sw ? p->cfg.aux_coef * E * (load[e] / load[2 * E]) / N : 0;
             if (seq && T > 0) d += p->seq_coef * (n[e] * E / (K * T)) * parts / (s->B * T);
+            /* the global-batch one: coef E f_e / (this rank's rows), the ranks' gradients averaged */
+            if (glob) d += p->glob_coef * E * s->moe_glob_f[(size_t)l * E + e] / rows;
             s->moe_daux[(size_t)b * E + e] = (float)(s->moe_gscale * d);
         }
     }

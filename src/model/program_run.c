@@ -250,6 +250,8 @@ void dt_program_free_slot(program_slot *s) {
     dt_program_moe_sums_wait(s); /* (its buffer is the slot's) */
     free(s->moe_sum);
     free(s->moe_daux);
+    free(s->moe_glob);
+    free(s->moe_glob_f);
     free(s->lp_keep);
     dt_program_moe_ep_free_keep(s);
     memset(s, 0, sizeof *s);
@@ -511,7 +513,7 @@ static void head_forward(dt_program *p, const int32_t *targets, float *loss) {
         if (p->token_loss) /* the caller's loss over the rows' cross-entropies; backward weighs each row by its d(loss) */
             s->loss = p->token_loss(p->token_loss_ctx, s->B, s->T, s->losses, targets, s->dce), s->loss_tokens = 1;
         s->loss += (float)(p->cfg.aux_coef * dt_program_moe_balance_loss(p) + p->z_coef * dt_program_moe_z_loss(p) +
-                           p->seq_coef * dt_program_moe_seq_loss(p)); /* a mixture of experts' */
+                           p->seq_coef * dt_program_moe_seq_loss(p) + p->glob_coef * dt_program_moe_global_loss(p)); /* a mixture of experts' */
         if (loss) *loss = s->loss;
     }
     unit_end();
@@ -608,7 +610,7 @@ dt_status dt_program_forward_units(dt_program *p, int a, int b, const int32_t *t
     }
     /* the micro-batch's balance once this rank's last range has run (the head's loss and every backward take it) */
     if (p->cfg.experts && p->cur == p->nr - 1 && (st = dt_program_moe_sums_post(p))) return st;
-    if (b == L + 2 && p->s->moe_req && (st = dt_program_moe_sums_wait(p->s))) return st;
+    if (b == L + 2 && p->cfg.experts && (st = dt_program_moe_sums_land(p))) return st;
     if (b == L + 2) head_forward(p, targets, loss);
     return p->comm_err;
 }

@@ -60,6 +60,7 @@ static dt_status gather(run *r, double **all, double *rows) {
     *all = calloc(n, sizeof(double));
     dt_status st = mine && local && *all ? DT_OK : dt_error(DT_ERR_NOMEM, "out of memory");
     if (!st) read_counts(p, L, E, mine, local, rows);
+    dt_program_moe_new_step(p); /* the global-batch loss's counts: a step's (or an evaluation's) own */
     /* a tensor-parallel group's ranks route the same rows (gathered under SP): each counts them, every expert's load times
      * the group's size (the ratios and the bias's moves unchanged); each sent its own bytes */
     if (!st) st = r->nranks > 1 ? dt_comm_allreduce(r->w, mine, *all, n, DT_F64, DT_SUM) : DT_OK;

@@ -45,6 +45,8 @@ typedef struct {
     dt_comm *moe_sums;        /* a mixture's balancing statistics over the stages and context-parallel ranks of one
                                * micro-batch (its TP and DP coordinates; NULL: none needed) */
     dt_part_sums moe_sums_ops;
+    dt_comm *moe_glob;        /* and the global-batch loss's counts over every rank of one tensor-parallel place */
+    dt_part_sums moe_glob_ops;
     dt_pipeline *pipe;        /* with --pp: the stage's runner, which the engine's step runs */
     double bubble;            /* the last step's idle share, the mean over the stages */
     double bubble_model;      /* the step replayed with its actions' measured durations (dt_pipeline_bubble) */

@@ -185,6 +185,11 @@ static dt_status model_part(run *r, const dt_gpt2_config *cfg, dt_model_part *pa
         r->moe_sums_ops = dt_part_sums_over(r->moe_sums);
         part->sums = &r->moe_sums_ops;
     }
+    if (cfg->experts && c->moe_global_aux_loss > 0 && r->nranks > 1) { /* (a TP group's ranks count the same rows) */
+        if ((st = dt_comm_split(r->w, dt_mesh_coord(r->mesh, DT_MESH_TP), r->rank, &r->moe_glob))) return st;
+        r->moe_glob_ops = dt_part_sums_over(r->moe_glob);
+        part->global_sums = &r->moe_glob_ops;
+    }
     return DT_OK;
 }
 
@@ -212,7 +217,8 @@ static dt_status build_model(run *r, dt_gpt2 **out) {
         if (st) return st;
     }
     if ((st = dt_program_set_z_loss(dt_gpt2_program(*out), c->moe_z_loss)) ||
-        (st = dt_program_set_seq_aux_loss(dt_gpt2_program(*out), c->moe_seq_aux_loss)))
+        (st = dt_program_set_seq_aux_loss(dt_gpt2_program(*out), c->moe_seq_aux_loss)) ||
+        (st = dt_program_set_global_aux_loss(dt_gpt2_program(*out), c->moe_global_aux_loss)))
         return st;
     dt_gpt2_set_recompute(*out, c->recompute);
     dt_gpt2_set_attention(*out, (dt_attn_mode)c->attention);

@@ -307,6 +307,7 @@ static void teardown(run *r) {
     free(r->keys);
     dt_gpt2_destroy(r->m);
     dt_comm_destroy(r->moe_sums); /* after the model, which waits for its last sums */
+    dt_comm_destroy(r->moe_glob);
     free(r->in);
     free(r->tg);
 }
