@@ -168,6 +168,9 @@ dt_status dt_comm_broadcast(dt_comm *c, void *buf, size_t count, dt_dtype dtype,
  * counts[r] elements (allgatherv) or gets block r of counts[r] elements, the
  * blocks laid out one after another in rank order (reduce_scatterv). */
 dt_status dt_comm_allgatherv(dt_comm *c, const void *sendbuf, void *recvbuf, const size_t *counts, dt_dtype dtype);
+/* Whether ok holds on every rank of c (*all; c NULL: this process's ok), so that ranks that must act alike (fail
+ * together, fall back together) decide alike. Collective. */
+dt_status dt_comm_every(dt_comm *c, bool ok, bool *all);
 /* Every rank's n elements (n its own) gathered in rank order into *all, allocated here (room for *total and one
  * more; the caller frees it): the counts first, then the blocks. c NULL: one process, a copy. A rank that cannot hold
  * the result says so to the others before the blocks move, and all fail alike. */

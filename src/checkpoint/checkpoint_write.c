@@ -215,8 +215,8 @@ dt_status dt_checkpoint_save(const char *dir, dt_comm *w, const dt_train_config 
 }
 
 dt_status dt_ckpt_every_rank(dt_comm *w, bool ok, const char *what) {
-    int32_t all = ok;
-    dt_status st = w ? dt_comm_allreduce(w, &all, &all, 1, DT_I32, DT_MIN) : DT_OK;
+    bool all;
+    dt_status st = dt_comm_every(w, ok, &all);
     if (!st && !all) st = dt_error(DT_ERR_NOMEM, "checkpoint: %s could not %s (out of memory)", ok ? "another rank" : "this rank", what);
     return st;
 }

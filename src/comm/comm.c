@@ -669,9 +669,16 @@ dt_status dt_comm_allgatherv(dt_comm *c, const void *sbuf, void *rbuf, const siz
 }
 
 /* Whether every rank of c could go on (ok on each): one allreduce, so that none waits in a collective another left. */
+dt_status dt_comm_every(dt_comm *c, bool ok, bool *all) {
+    int32_t v = ok;
+    dt_status st = c ? dt_comm_allreduce(c, &v, &v, 1, DT_I32, DT_MIN) : DT_OK;
+    *all = v != 0;
+    return st;
+}
+
 static dt_status every_rank(dt_comm *c, bool ok, const char *what) {
-    int32_t all = ok;
-    dt_status st = dt_comm_allreduce(c, &all, &all, 1, DT_I32, DT_MIN);
+    bool all;
+    dt_status st = dt_comm_every(c, ok, &all);
     if (!st && !all) st = dt_error(DT_ERR_NOMEM, "%s: %s is out of memory", what, ok ? "another rank" : "this rank");
     return st;
 }

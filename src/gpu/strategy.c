@@ -50,8 +50,9 @@ static dt_status open_nccl(gpu_state *s) {
         dt_log(DT_LOG_INFO, "--device cuda: %d ranks, sharing a GPU or on several machines: gradients averaged through host memory "
                "by dtrain's collectives", dt_comm_size(c));
     if (st || !own) return st;
-    int32_t id[DT_GPU_NCCL_ID_BYTES / 4], ok = !dt_gpu_nccl_id(id), all_ok = 0; /* each rank loads NCCL; rank 0's id is kept */
-    if (!(st = dt_comm_allreduce(c, &ok, &all_ok, 1, DT_I32, DT_MIN)) && !all_ok) {
+    int32_t id[DT_GPU_NCCL_ID_BYTES / 4];
+    bool ok = !dt_gpu_nccl_id(id), all_ok = false; /* each rank loads NCCL; rank 0's id is kept */
+    if (!(st = dt_comm_every(c, ok, &all_ok)) && !all_ok) {
         if (dt_comm_rank(c) == 0)
             dt_log(DT_LOG_WARN, "--device cuda: NCCL could not be loaded on every rank (%s): the gradients go through host memory",
                    ok ? "on another rank" : dt_last_error());

@@ -338,7 +338,8 @@ static dt_status tie(dt_pipeline *p) {
 /* A mailbox on each link where every link of the pipeline is inside one machine (collective over the stages);
  * elsewhere none, and messages go through the links' point-to-point calls. */
 static dt_status mailboxes(dt_pipeline *p) {
-    int mine = 1, all = 0, edges = p->v > 1 ? p->p : p->p - 1;
+    int edges = p->v > 1 ? p->p : p->p - 1;
+    bool mine = true, all = false;
     /* edge by edge, as links() made them (each creation is collective over its link) */
     for (int e = 0; e < edges; e++)
         for (int kind = 0; kind < 2; kind++) {
@@ -347,10 +348,10 @@ static dt_status mailboxes(dt_pipeline *p) {
             /* the first stage of an edge (rank 0 of its link) sends activations; the second sends gradients */
             size_t bytes = p->c.wire == DT_PP_WIRE_F32 ? p->stream * sizeof(float) : p->words * sizeof(uint32_t);
             dt_status st = dt_mailbox_create(p->link[side][kind], kind, bytes, 2, &p->box[side][kind]);
-            if (st == DT_ERR_ARG || st == DT_ERR_NOMEM) mine = 0; /* across machines, or no room: both ends see the same */
+            if (st == DT_ERR_ARG || st == DT_ERR_NOMEM) mine = false; /* across machines, or no room: both ends see the same */
             else if (st) return st;
         }
-    dt_status st = dt_comm_allreduce(p->c.pp, &mine, &all, 1, DT_I32, DT_MIN);
+    dt_status st = dt_comm_every(p->c.pp, mine, &all);
     if (st || all) return st;
     for (int i = 0; i < 4; i++) {
         dt_mailbox_destroy(p->box[i / 2][i % 2]);

@@ -52,8 +52,8 @@ static dt_status records(const dt_rl_learner *l, double *out) {
 
 /* Every rank agrees on ok (a failure anywhere fails all: no rank waits in a collective another left). */
 static dt_status agree(const dt_rl_learner *l, dt_status st, const char *what) {
-    int32_t ok = st == DT_OK;
-    dt_status s = l->comm ? dt_comm_allreduce(l->comm, &ok, &ok, 1, DT_I32, DT_MIN) : DT_OK;
+    bool ok;
+    dt_status s = dt_comm_every(l->comm, st == DT_OK, &ok);
     if (s) return s;
     return st ? st : ok ? DT_OK : dt_error(DT_ERR_IO, "%s: another rank failed (its message says why)", what);
 }
