@@ -8,7 +8,9 @@
 # steps, a step's batch at a time, and over the last evaluation's 16 batches (32,768 held-out tokens at once: the
 # auxiliary-loss-free paper's MaxVio_global, plus one); each run's metrics and report are in OUT.
 # usage: scripts/moe_balance.sh [BUILD] [OUT] [RATE]    (BUILD build, OUT build/moe_balance, RATE 0.01; ONLY_BIAS=1: the
-# bias run alone; ROWS=1: each batch's rows drawn from across the text, --shuffle-rows; BATCH=N: N rows a step, 16)
+# bias run alone; ROWS=1: each batch's rows drawn from across the text, --shuffle-rows; BATCH=N: N rows a step, 16;
+# ACCUM=N: the batch in N micro-batches; MORE=1: also the global-batch loss (0.01, counted over the step's
+# micro-batches) and the bias with DeepSeek-V3's sequence-wise loss (1e-4))
 set -euo pipefail
 build=${1:-build}
 out=${2:-$build/moe_balance}
@@ -22,7 +24,8 @@ model=(--model mixtral-tiny)
 rows=()
 [ -z "${ROWS:-}" ] || rows=(--shuffle-rows)
 [ "${MODEL:-}" != gpt ] || model=(--model d6 --layers 4 --channels 128 --heads 4 --experts 8 --ffn 512)
-common=("${model[@]}" --vocab 256 --max-seq 128 --seq 128 --batch "${BATCH:-16}" --steps 200 --lr 2e-3 --schedule cosine --warmup 20
+accum=${ACCUM:-1}
+common=("${model[@]}" --vocab 256 --max-seq 128 --seq 128 --batch $((${BATCH:-16} / accum)) --grad-accum "$accum" --steps 200 --lr 2e-3 --schedule cosine --warmup 20
         --lr-min 2e-4 --shuffle 1 "${rows[@]}" --data "$build/demo/train.bin" --val-data "$build/demo/val.bin" --eval-every 50 --eval-batches 16
         --print-every 50)
 run() { # NAME ARGS
@@ -41,3 +44,5 @@ run() { # NAME ARGS
 [ -n "${ONLY_BIAS:-}" ] || run none
 [ -n "${ONLY_BIAS:-}" ] || run aux_0.01 --moe-aux-loss 0.01
 run "bias_$rate" --router sigmoid-bias --bias-update "$rate"
+[ -z "${MORE:-}" ] || run global_0.01 --moe-global-aux-loss 0.01
+[ -z "${MORE:-}" ] || run "bias_${rate}_seq_1e-4" --router sigmoid-bias --bias-update "$rate" --moe-seq-aux-loss 1e-4
