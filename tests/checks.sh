@@ -145,11 +145,23 @@ fp16_scaled() { # WHO TOL ARGS...
     local who=$1 tol=$2 l
     shift 2
     echo '{"fp16": {"enabled": true, "loss_scale": 1024}}' > "$dir/fp16_static.json"
-    run_metrics f32_30 "$@" --steps 30 && run_metrics fp16_30 "$@" --steps 30 --config "$dir/fp16_static.json" || return 1
+    run_metrics f32_30 "$@" --steps 30 --save "$dir/f32_30" --save-every 30 &&
+        run_metrics fp16_30 "$@" --steps 30 --config "$dir/fp16_static.json" --save "$dir/fp16_30" --save-every 30 || return 1
     l=$(worst loss "$dir/f32_30.jsonl" "$dir/fp16_30.jsonl" 30)
     if [ "$l" != missing ] && awk -v l="$l" -v t="$tol" 'BEGIN{exit !(l <= t)}'; then
         ok "$who under fp16 with a loss scale of 1024: the f32 run's losses within $l over 30 steps"
     else fail "$who under fp16 against f32: losses $l"; fi
+}
+# After fp16_scaled: the preconditioner's state file FILE of its two runs' checkpoints at step 30, by the mean |value|, within
+# TOL relative: a loss scale left in the gradients multiplies their statistics (by up to 1024^2), which a loss can barely
+# see where the update divides it away (SOAP's Adam in the eigenbasis).
+fp16_state() { # WHO FILE TOL
+    local a b mean='NF{s += $1 < 0 ? -$1 : $1; n++} END{if (n) printf "%.6g", s / n}'
+    a=$(od -An -v -f "$dir/f32_30/step-00000030/$2" 2> /dev/null | tr -s ' ' '\n' | awk "$mean")
+    b=$(od -An -v -f "$dir/fp16_30/step-00000030/$2" 2> /dev/null | tr -s ' ' '\n' | awk "$mean")
+    if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" -v t="$3" 'BEGIN{d = (b - a) / a; exit !(a > 0 && d <= t && -d <= t)}'; then
+        ok "$1 under fp16: its saved state's mean |value| $b against f32's $a"
+    else fail "$1 under fp16: its saved state's mean |value| '$b' against f32's '$a'"; fi
 }
 # A preconditioner on compressed averages ("${common[@]}" ARGS, 30 steps, 2 ranks): PowerSGD before its start step
 # gives the dense run's losses bit for bit (the codec's seam passes the average through), and PowerSGD at rank 4 from
