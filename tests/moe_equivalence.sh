@@ -266,6 +266,10 @@ done
 for l in "cp:--nproc 2 --cp 2" "tpsp:--nproc 2 --tp 2 --sp"; do
     run "sq_${l%%:*}" --batch 4 "${sq[@]}" ${l#*:} && close "sequence-wise loss 0.1: --batch 4 ${l#*:}" "$dir/sqref4.jsonl" "$dir/sq_${l%%:*}.jsonl"
 done
+a=$(field moe_seq_aux_loss "$dir/sqref.jsonl" | head -1) b=$(field moe_seq_aux_loss "$dir/sq_pp.jsonl" | head -1)
+c=$(field moe_seq_aux_loss "$dir/sq_cp.jsonl" | head -1) n=$(field moe_seq_aux_loss "$dir/ref2.jsonl" | wc -l)
+[ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] && [ "$n" = 0 ] && ok=1 || ok=0
+verdict $ok "the sequence-wise loss's value in each step's metrics, the first step's alike on one process, PP 2 and CP 2 ($a, $b, $c; none without the loss)"
 run sqsoft --batch 2 --grad-accum 2 --moe-seq-aux-loss 0.1
 run sqsoft_pp --batch 2 --grad-accum 2 --nproc 2 --pp 2 --moe-seq-aux-loss 0.1 &&
     close "sequence-wise loss 0.1 on the softmax router: PP 2" "$dir/sqsoft.jsonl" "$dir/sqsoft_pp.jsonl"

@@ -134,6 +134,11 @@ double dt_program_moe_seq_loss(const dt_program *p);
 dt_status dt_program_set_global_aux_loss(dt_program *p, float coef);
 double dt_program_moe_global_loss(const dt_program *p);
 void dt_program_moe_new_step(dt_program *p);
+/* The balancing losses' values (before their coefficients: Switch's, the z-loss, the sequence-wise, the global-batch)
+ * summed over the micro-batches whose loss this rank made since the last call (a pipeline's last stage), then that
+ * count: out[DT_MOE_TERMS + 1]; then zeroed. */
+enum { DT_MOE_TERMS = 4 };
+void dt_program_moe_terms(dt_program *p, double *out);
 void dt_program_moe_load(dt_program *p, double *load);
 /* The choices a capacity dropped, and all choices, since the last call (then zeroed). */
 void dt_program_moe_drops(dt_program *p, double *dropped, double *pairs);

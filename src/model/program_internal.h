@@ -226,6 +226,8 @@ struct dt_program {
     double *moe_load;          /* a mixture of experts: each held block's choices of each expert since last read */
     float *moe_bias;           /* DeepSeek-V3's router: every layer's bias [L][E] (held or not: each rank keeps all, alike) */
     double moe_drops[2];       /* a capacity's dropped choices and all choices since last read */
+    double moe_terms[DT_MOE_TERMS + 1]; /* the balancing losses' values summed over the micro-batches whose loss this rank
+                                         * made since last read (dt_program_moe_terms), and how many */
     struct moe_ep_work *ep_work; /* expert parallelism's exchange buffers, grown to the largest step (program_moe_ep.c) */
     double ep_bytes;           /* the rows' bytes this rank sent to other ranks of its expert-parallel group since last read */
     double ep_rows;            /* and the rows its experts ran (forward), since last read */

@@ -190,6 +190,11 @@ double dt_program_moe_global_loss(const dt_program *p) {
     return loss;
 }
 
+void dt_program_moe_terms(dt_program *p, double *out) {
+    memcpy(out, p->moe_terms, sizeof p->moe_terms);
+    memset(p->moe_terms, 0, sizeof p->moe_terms);
+}
+
 double dt_program_moe_grad_rows(const dt_program *p) {
     int E = p->cfg.experts;
     return p->s->moe_sum[2 * E] / (p->part.sums && p->part.cp_size > 1 ? p->part.cp_size : 1);

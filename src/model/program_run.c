@@ -512,8 +512,10 @@ static void head_forward(dt_program *p, const int32_t *targets, float *loss) {
         s->loss = (float)(dt_program_tp_crossentropy_forward(p, targets) / s->loss_tokens);
         if (p->token_loss) /* the caller's loss over the rows' cross-entropies; backward weighs each row by its d(loss) */
             s->loss = p->token_loss(p->token_loss_ctx, s->B, s->T, s->losses, targets, s->dce), s->loss_tokens = 1;
-        s->loss += (float)(p->cfg.aux_coef * dt_program_moe_balance_loss(p) + p->z_coef * dt_program_moe_z_loss(p) +
-                           p->seq_coef * dt_program_moe_seq_loss(p) + p->glob_coef * dt_program_moe_global_loss(p)); /* a mixture of experts' */
+        double t[DT_MOE_TERMS] = { dt_program_moe_balance_loss(p), dt_program_moe_z_loss(p), dt_program_moe_seq_loss(p),
+                                   dt_program_moe_global_loss(p) };
+        s->loss += (float)(p->cfg.aux_coef * t[0] + p->z_coef * t[1] + p->seq_coef * t[2] + p->glob_coef * t[3]); /* a mixture of experts' */
+        for (int i = 0; p->cfg.experts && !p->recomputing && i <= DT_MOE_TERMS; i++) p->moe_terms[i] += i < DT_MOE_TERMS ? t[i] : 1;
         if (loss) *loss = s->loss;
     }
     unit_end();

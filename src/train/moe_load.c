@@ -20,16 +20,20 @@ static dt_status rank_load(run *r, double rows) {
     return st;
 }
 
-/* This rank's counts since they were last read: each layer's choices of each expert (L x E, the layers this rank does not
- * hold left 0), then a capacity's dropped choices, all choices, and the bytes expert parallelism sent; *rows: the rows
- * this rank's experts ran. Reading resets them. */
+/* After each layer's choices of each expert (L x E) in the counts: a capacity's dropped choices, all choices, the bytes
+ * expert parallelism sent, the balancing losses' sums and the micro-batches they are over. */
+enum { DROPPED, CHOICES, BYTES, TERMS, EXTRA = TERMS + DT_MOE_TERMS + 1 };
+
+/* This rank's counts since they were last read (the layers this rank does not hold left 0); *rows: the rows this rank's
+ * experts ran. Reading resets them. */
 static void read_counts(dt_program *p, int L, int E, double *mine, double *local, double *rows) {
-    size_t n = (size_t)L * E + 3;
+    double *x = mine + (size_t)L * E;
     dt_program_moe_load(p, local);
     for (int l = 0, k = 0; l < L; l++) /* held layers in order, at their places in the whole model */
         if (dt_program_holds_block(p, l)) memcpy(mine + (size_t)l * E, local + (size_t)k++ * E, (size_t)E * sizeof(double));
-    dt_program_moe_drops(p, &mine[n - 3], &mine[n - 2]);
-    dt_program_moe_ep_traffic(p, &mine[n - 1], rows);
+    dt_program_moe_drops(p, &x[DROPPED], &x[CHOICES]);
+    dt_program_moe_ep_traffic(p, &x[BYTES], rows);
+    dt_program_moe_terms(p, &x[TERMS]);
 }
 
 /* Every layer's most chosen expert over the mean from all ranks' counts: the worst layer's and the layers' average. */
@@ -47,13 +51,13 @@ static void ratios(const double *all, int L, int E, double *worst_out, double *m
     *mean_out = layers ? sum / layers : 0;
 }
 
-/* The counts since last read, summed over every rank (collective): *all (L x E + 3, as read_counts; the caller frees
- * it), NULL without experts. */
+/* The counts since last read, summed over every rank (collective): *all (L x E + EXTRA, as read_counts; the caller
+ * frees it), NULL without experts. */
 static dt_status gather(run *r, double **all, double *rows) {
     dt_program *p = dt_gpt2_program(r->m);
     const dt_lm_config *c = dt_program_config(p);
     int L = c->num_layers, E = c->experts;
-    size_t n = (size_t)L * E + 3;
+    size_t n = (size_t)L * E + EXTRA;
     *all = NULL;
     if (!E) return DT_OK;
     double *mine = calloc(n, sizeof(double)), *local = calloc((size_t)(L + 1) * E, sizeof(double));
@@ -69,19 +73,27 @@ static dt_status gather(run *r, double **all, double *rows) {
     return st;
 }
 
+/* Each balancing loss's mean over the step's micro-batches and ranks (every rank that made a loss counted it alike), or
+ * -1 where its coefficient is 0. */
+static void terms(run *r, const dt_lm_config *c, const double *x) {
+    const float coef[DT_MOE_TERMS] = { c->aux_coef, r->c.moe_z_loss, r->c.moe_seq_aux_loss, r->c.moe_global_aux_loss };
+    for (int i = 0; i < DT_MOE_TERMS; i++) r->moe_term[i] = coef[i] > 0 && x[TERMS + DT_MOE_TERMS] > 0 ? x[TERMS + i] / x[TERMS + DT_MOE_TERMS] : -1;
+}
+
 dt_status dt_train_moe_load(run *r) {
     dt_program *p = dt_gpt2_program(r->m);
     const dt_lm_config *c = dt_program_config(p);
     int L = c->num_layers, E = c->experts;
-    size_t n = (size_t)L * E + 3;
     double *all, rows = 0;
     dt_status st = gather(r, &all, &rows);
     if (st || !all) {
         free(all);
         return st;
     }
-    r->moe_dropped = all[n - 2] > 0 && c->capacity_factor > 0 ? all[n - 3] / all[n - 2] : -1;
-    r->moe_ep_bytes = all[n - 1];
+    const double *x = all + (size_t)L * E;
+    r->moe_dropped = x[CHOICES] > 0 && c->capacity_factor > 0 ? x[DROPPED] / x[CHOICES] : -1;
+    r->moe_ep_bytes = x[BYTES];
+    terms(r, c, x);
     if (r->ep) st = rank_load(r, rows);
     if (!st && c->bias_rate > 0) dt_program_moe_update_bias(p, all); /* DeepSeek-V3's router: the step's load moves each bias alike */
     if (!st) ratios(all, L, E, &r->moe_worst, &r->moe_mean);

@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The balancing losses' names in the metrics (TensorBoard's: moe/ and the name past "moe_"), in dt_program_moe_terms' order. */
+static const char *const moe_terms[DT_MOE_TERMS] = { "moe_balance_loss", "moe_z_loss", "moe_seq_aux_loss", "moe_global_aux_loss" };
+
 /* A mixture of experts' load over the last evaluation's batches, on an evaluation's metrics row (none without experts). */
 static void val_load_json(FILE *f, const run *r) {
     if (r->moe_val_worst > 0) fprintf(f, ",\"val_expert_load_max_mean\":%.4f,\"val_expert_load_max_mean_avg\":%.4f", r->moe_val_worst, r->moe_val_mean);
@@ -34,6 +37,11 @@ void dt_train_write_tensorboard(run *r, int step, float lr, const dt_step_result
     if (dt_engine_loss_scale(r->e)) dt_tb_scalar(w, "train/loss_scale", s->loss_scale);
     if (r->moe_worst > 0) dt_tb_scalar(w, "moe/load_max_mean", r->moe_worst), dt_tb_scalar(w, "moe/load_max_mean_avg", r->moe_mean);
     if (r->moe_dropped >= 0 && r->moe_worst > 0) dt_tb_scalar(w, "moe/choices_dropped", r->moe_dropped);
+    for (int i = 0; r->moe_worst > 0 && i < DT_MOE_TERMS; i++) {
+        char tag[48];
+        snprintf(tag, sizeof tag, "moe/%s", moe_terms[i] + 4);
+        if (r->moe_term[i] >= 0) dt_tb_scalar(w, tag, r->moe_term[i]);
+    }
     if (eval && r->moe_val_worst > 0)
         dt_tb_scalar(w, "moe/val_load_max_mean", r->moe_val_worst), dt_tb_scalar(w, "moe/val_load_max_mean_avg", r->moe_val_mean);
     /* DPO's (TRL's names: rewards/accuracies, rewards/margins) */
@@ -102,6 +110,8 @@ void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s,
     }
     if (r->moe_worst > 0) fprintf(f, ",\"expert_load_max_mean\":%.4f,\"expert_load_max_mean_avg\":%.4f", r->moe_worst, r->moe_mean);
     if (r->moe_dropped >= 0 && r->moe_worst > 0) fprintf(f, ",\"expert_choices_dropped\":%.6f", r->moe_dropped);
+    for (int i = 0; r->moe_worst > 0 && i < DT_MOE_TERMS; i++) /* each balancing loss on, before its coefficient */
+        if (r->moe_term[i] >= 0) json_num(f, moe_terms[i], "%.6f", r->moe_term[i]);
     if (eval) val_load_json(f, r);
     if (r->ep) fprintf(f, ",\"expert_exchange_bytes\":%.0f,\"expert_rank_load_max_mean\":%.4f", r->moe_ep_bytes, r->moe_rank_load);
     if (r->dpo && eval) json_num(f, "val_reward_accuracy", "%.4f", r->dpo_val[0]), json_num(f, "val_reward_margin", "%.6f", r->dpo_val[1]);
