@@ -1,8 +1,10 @@
 /* A mixture's balancing losses, as a micro-batch's forward counts them and its backward takes their gradients:
  * Switch's load-balancing loss over all layers (Hugging Face's load_balancing_loss_func: E sum_e f_e P_e, f_e the
  * share of all layers' choices that went to e, P_e its mean probability over all layers' tokens), the router z-loss
- * (ST-MoE's), and the sequence-wise loss (DeepSeek-V2's and V3's, Megatron's seq_aux_loss: each layer's, each
- * sequence's f_e P_e, with the token's K most probable experts counted whatever the routing chose).
+ * (ST-MoE's), the sequence-wise loss (DeepSeek-V2's and V3's, Megatron's seq_aux_loss: each layer's, each
+ * sequence's f_e P_e, with the token's K most probable experts counted whatever the routing chose) and the
+ * global-batch loss (Megatron's global_aux_loss: each layer's, f_e counted over the data-parallel ranks' micro-batches
+ * of the same index and the step's micro-batches so far, over part.global_sums); and their values for the metrics.
  *
  * Each takes the whole micro-batch: where ranks hold parts of it (pipeline stages its layers, context-parallel ranks
  * its rows) the sums are added over them, posted when a rank's last range has run forward (every rank of the group
