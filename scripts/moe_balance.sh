@@ -10,7 +10,8 @@
 # usage: scripts/moe_balance.sh [BUILD] [OUT] [RATE]    (BUILD build, OUT build/moe_balance, RATE 0.01; ONLY_BIAS=1: the
 # bias run alone; ROWS=1: each batch's rows drawn from across the text, --shuffle-rows; BATCH=N: N rows a step, 16;
 # ACCUM=N: the batch in N micro-batches; MORE=1: also the global-batch loss (0.01, counted over the step's
-# micro-batches) and the bias with DeepSeek-V3's sequence-wise loss (1e-4))
+# micro-batches) and the bias with DeepSeek-V3's sequence-wise loss (1e-4); SEED=N: another initialisation and batch
+# order, --seed N --shuffle N)
 set -euo pipefail
 build=${1:-build}
 out=${2:-$build/moe_balance}
@@ -26,7 +27,7 @@ rows=()
 [ "${MODEL:-}" != gpt ] || model=(--model d6 --layers 4 --channels 128 --heads 4 --experts 8 --ffn 512)
 accum=${ACCUM:-1}
 common=("${model[@]}" --vocab 256 --max-seq 128 --seq 128 --batch $((${BATCH:-16} / accum)) --grad-accum "$accum" --steps 200 --lr 2e-3 --schedule cosine --warmup 20
-        --lr-min 2e-4 --shuffle 1 "${rows[@]}" --data "$build/demo/train.bin" --val-data "$build/demo/val.bin" --eval-every 50 --eval-batches 16
+        --lr-min 2e-4 --shuffle "${SEED:-1}" --seed "${SEED:-1337}" "${rows[@]}" --data "$build/demo/train.bin" --val-data "$build/demo/val.bin" --eval-every 50 --eval-batches 16
         --print-every 50)
 run() { # NAME ARGS
     local name=$1
