@@ -72,7 +72,8 @@ end=$(tail -1 "$dir/kill.jsonl" | grep -o '"env_steps":[0-9]*' | cut -d: -f2)
 [ $ended = 1 ] && [[ $said == *"actor 0 (rank 1 on $RIG_PREFIX-2, environments 0-7) has been silent for 5 s"* ]] && grep -q "^done: " "$dir/kill.out" && [ "${end:-0}" -ge 300000 ] &&
     [ "$(rows "$dir/kill.jsonl")" -gt "$before" ] &&
     ok "an actor killed on machine 2: named after $named s, the learner went on from update $before to the end ($end env steps): ${said#*warning: }" ||
-    fail "killed actor across machines (named after $named s, end ${end:-none}, the job $([ $ended = 1 ] && echo ended || echo "killed after 120 s")): ${said:-nothing said}; $(grep -iE "error|warn|fail" "$dir/kill.err" | grep -v PMIX | head -4)"
+    { fail "killed actor across machines (named after $named s, end ${end:-none}, the job $([ $ended = 1 ] && echo ended || echo "killed after 120 s")): ${said:-nothing said}; $(grep -iE "error|warn|fail" "$dir/kill.err" | grep -v PMIX | head -4)"
+      echo "  its stderr's last lines (kept for the cause: once a segfault on machine 1, nothing named):"; grep -v PMIX "$dir/kill.err" | tail -15 | sed 's/^/  | /'; }
 
 # the learner killed: the actors on both machines end (within a minute: a bound for a hang, not a timing), saying why
 rm -f "$dir/learner.jsonl"
