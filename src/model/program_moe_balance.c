@@ -197,9 +197,12 @@ void dt_program_moe_terms(dt_program *p, double *out) {
     memset(p->moe_terms, 0, sizeof p->moe_terms);
 }
 
+/* The context-parallel ranks a rank's balancing gradients are averaged over (each holds its share of the rows). */
+static int cp_share(const dt_program *p) { return p->part.sums && p->part.cp_size > 1 ? p->part.cp_size : 1; }
+
 double dt_program_moe_grad_rows(const dt_program *p) {
     int E = p->cfg.experts;
-    return p->s->moe_sum[2 * E] / (p->part.sums && p->part.cp_size > 1 ? p->part.cp_size : 1);
+    return p->s->moe_sum[2 * E] / cp_share(p);
 }
 
 const float *dt_program_moe_daux(dt_program *p, int l, int rows) {
@@ -209,7 +212,7 @@ const float *dt_program_moe_daux(dt_program *p, int l, int rows) {
     if (!sw && !seq && !glob) return NULL;
     /* Switch's: d/dp_te = coef E f_e / N, f_e the whole micro-batch's share; the sequence-wise: coef f_be / (B T_b) */
     const double *load = s->moe_sum;
-    double N = dt_program_moe_grad_rows(p), parts = p->part.sums && p->part.cp_size > 1 ? p->part.cp_size : 1;
+    double N = dt_program_moe_grad_rows(p), parts = cp_share(p);
     for (int b = 0; b < s->B; b++) {
         double T = 0;
         const double *n = seq ? seq_counts(p, l, b, &T) : NULL;
