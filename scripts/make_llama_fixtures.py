@@ -16,31 +16,36 @@ The gqa model is also saved as a Hugging Face folder, tests/fixtures/llama/gqa_f
 (save_pretrained with a small max_shard_size: config.json, model-0000N-of-0000M.safetensors and the index).
 
 The configurations: multi-head, grouped-query and multi-query attention; Llama 3.1's rope scaling; tied and
-untied embeddings; Qwen 2's biases on q, k and v (Qwen2ForCausalLM). The vocabulary, 101, divides by no
-tensor-parallel size, and the MLP's width is not a multiple of the model's.
+untied embeddings; Qwen 2's biases on q, k and v (Qwen2ForCausalLM); Qwen 3's norm of each head's queries and keys,
+its heads wider than hidden / heads (Qwen3ForCausalLM). The vocabulary, 101, divides by no tensor-parallel size,
+and the MLP's width is not a multiple of the model's.
 
 Run with the baselines' environment (scripts/make-baselines-venv.sh):
-  .venv-baselines/bin/python scripts/make_llama_fixtures.py
+  .venv-baselines/bin/python scripts/make_llama_fixtures.py [NAME...]   (the names given, or all)
 """
 import json
 import os
+import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 B, T, STEPS, PROMPT, NEW = 2, 16, 10, 6, 24
 BASE = dict(vocab_size=101, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
             max_position_embeddings=32, rms_norm_eps=1e-5, initializer_range=0.2, attn_implementation="eager")
 CONFIGS = {
-    "mha": dict(num_key_value_heads=4, rope_theta=10000.0, tie_word_embeddings=False),
-    "gqa": dict(num_key_value_heads=2, rope_theta=500000.0, tie_word_embeddings=False),
-    "mqa": dict(num_key_value_heads=1, rope_theta=10000.0, tie_word_embeddings=True),
-    "rope_scaled": dict(num_key_value_heads=2, rope_theta=500000.0, tie_word_embeddings=False,
+    "mha": dict(seed=2, num_key_value_heads=4, rope_theta=10000.0, tie_word_embeddings=False),
+    "gqa": dict(seed=1, num_key_value_heads=2, rope_theta=500000.0, tie_word_embeddings=False),
+    "mqa": dict(seed=3, num_key_value_heads=1, rope_theta=10000.0, tie_word_embeddings=True),
+    "rope_scaled": dict(seed=5, num_key_value_heads=2, rope_theta=500000.0, tie_word_embeddings=False,
                         rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                           original_max_position_embeddings=16)),
-    "qwen2": dict(num_key_value_heads=2, rope_theta=1000000.0, tie_word_embeddings=True, qwen2=True),
+    "qwen2": dict(seed=4, num_key_value_heads=2, rope_theta=1000000.0, tie_word_embeddings=True, family="qwen2"),
+    "qwen3": dict(seed=6, num_key_value_heads=2, head_dim=12, rope_theta=1000000.0, tie_word_embeddings=True, family="qwen3"),
 }
+FAMILIES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+            "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
 
 
 def spread(model):
@@ -55,10 +60,10 @@ def spread(model):
 
 def build(name, spec):
     spec = dict(spec)
-    qwen = spec.pop("qwen2", False)
-    torch.manual_seed(sorted(CONFIGS).index(name) + 1)
-    cfg = (Qwen2Config if qwen else LlamaConfig)(**BASE, **spec)
-    model = (Qwen2ForCausalLM if qwen else LlamaForCausalLM)(cfg).float()
+    config, causal_lm = FAMILIES[spec.pop("family", "llama")]
+    torch.manual_seed(spec.pop("seed"))
+    cfg = config(**BASE, **spec)
+    model = causal_lm(cfg).float()
     spread(model)
     return cfg, model
 
@@ -67,8 +72,8 @@ def main():
     out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "llama")
     os.makedirs(out_dir, exist_ok=True)
     torch.use_deterministic_algorithms(True)
-    for name, spec in CONFIGS.items():
-        cfg, model = build(name, spec)
+    for name in sys.argv[1:] or CONFIGS:
+        cfg, model = build(name, CONFIGS[name])
         g = torch.Generator().manual_seed(7)
         tokens = torch.randint(0, cfg.vocab_size, (B, T + 1), generator=g)
         inputs, targets = tokens[:, :T].contiguous(), tokens[:, 1:].contiguous()

@@ -638,7 +638,7 @@ static void greedy_matches_hf(const char *dir, const char *name) {
 
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
-    const char *fixtures[] = { "mha", "gqa", "mqa", "rope_scaled", "qwen2" };
+    const char *fixtures[] = { "mha", "gqa", "mqa", "rope_scaled", "qwen2", "qwen3" };
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) check_fixture(dir, fixtures[i]);
     for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) greedy_matches_hf(dir, fixtures[i]);
     gguf_checks(dir);

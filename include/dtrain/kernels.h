@@ -190,6 +190,13 @@ void dt_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
 void dt_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
 void dt_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd, int N,
                          int C);
+/* RMSNorm of each attention head's queries and keys on its own (Qwen 3's q_norm and k_norm), rows [q of NH heads | k of
+ * NKV heads | v of NKV heads] of hd channels each: q's heads share wq [hd], k's wk [hd], v passes unchanged; rstd
+ * [N][NH + NKV]. Backward adds into dinp (v's d(out) passes through), dwq and dwk. */
+void dt_headnorm_forward(float *out, float *rstd, const float *inp, const float *wq, const float *wk, int N, int NH, int NKV, int hd,
+                         float eps);
+void dt_headnorm_backward(float *dinp, float *dwq, float *dwk, const float *dout, const float *inp, const float *wq, const float *wk,
+                          const float *rstd, int N, int NH, int NKV, int hd);
 
 /* Rotary positions: theta (the base), and Llama 3.1's scaling of long wavelengths (factor 0: none). */
 typedef struct {

@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 /* Presets: GPT-2's (the gpt2 family) and Llama shapes; dt_gpt2_preset is this. */
-#define DT_LM_PRESETS "d6, 124M, 350M, 774M, 1558M, llama-tiny, smollm-135m, llama3.2-1b, mixtral-tiny"
+#define DT_LM_PRESETS "d6, 124M, 350M, 774M, 1558M, llama-tiny, smollm-135m, llama3.2-1b, qwen3-tiny, qwen3-0.6b, mixtral-tiny"
 dt_status dt_lm_preset(const char *name, dt_lm_config *out);
 /* Checks a config (its defaults resolved): positive sizes, K/V heads dividing the heads, an even head for rotary
  * positions. */
@@ -236,9 +236,11 @@ void dt_program_announce_grads(dt_program *p);
  * tensors [b, b + nw), or -1. Attention reads q of its heads, then k and v of its K/V heads. A mixture of experts
  * (program_moe.c) reads the normed stream and writes its output: w its router [E, C], then the experts' stacked gate
  * [E, F, C], up [E, F, C] and down [E, C, F] projections (a SwiGLU MLP each; nw 4; nw 3: up and down alone, a GELU MLP
- * each, GPT-2's MLP made a mixture as Megatron's and the Switch Transformer's are). layers: the layers an op runs in
- * (a family with a mixture declares both MLPs, each for its layers: dt_lm_layer_moe). */
-typedef enum { DT_OP_NORM, DT_OP_LINEAR, DT_OP_ATTENTION, DT_OP_GELU, DT_OP_SWIGLU, DT_OP_ADD, DT_OP_MOE } dt_op_kind;
+ * each, GPT-2's MLP made a mixture as Megatron's and the Switch Transformer's are). A head norm reads attention's
+ * input and writes it with each query head and each K/V head RMS-normed on its own: w the queries' weight [head_dim],
+ * w + 1 the keys' (nw 2; Qwen 3's q_norm and k_norm). layers: the layers an op runs in (a family with a mixture
+ * declares both MLPs, each for its layers: dt_lm_layer_moe). */
+typedef enum { DT_OP_NORM, DT_OP_LINEAR, DT_OP_ATTENTION, DT_OP_GELU, DT_OP_SWIGLU, DT_OP_ADD, DT_OP_MOE, DT_OP_HEADNORM } dt_op_kind;
 enum { DT_V_IN = 0, DT_V_OUT = 1 };
 typedef enum { DT_LAYERS_ALL = 0, DT_LAYERS_DENSE = 1, DT_LAYERS_MOE = 2 } dt_layers;
 typedef struct {

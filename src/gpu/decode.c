@@ -37,6 +37,8 @@ static dt_status check(const dt_program *p, const dt_program_view *v) {
                             h / (v->heads / v->kv_heads));
     for (int k = 0; k < v->nops; k++) {
         const dt_program_op *o = &v->ops[k];
+        if (o->s.kind == DT_OP_HEADNORM)
+            return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: the GPU decoder has no norm of each head's queries and keys (Qwen 3) yet");
         if (o->s.kind == DT_OP_ATTENTION && o->width_in != o->width_out + 2 * v->kv_heads * v->head_dim)
             return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: attention (op %d) reads %d channels, not q, k and v of its heads", k,
                             o->width_in);
@@ -188,7 +190,8 @@ static void block(dt_gpu_decoder *d, int l, int n) {
         case DT_OP_GELU: dt_gpu_gelu_forward(d->g, out, in, (size_t)n * o->width_out, NULL); break;
         case DT_OP_SWIGLU: dt_gpu_swiglu_forward(d->g, out, in, n, o->width_out, NULL); break;
         case DT_OP_ADD: dt_gpu_residual_forward(d->g, out, in, d->val[s->in2], (size_t)n * o->width_out); break;
-        case DT_OP_MOE: break; /* refused at create */
+        case DT_OP_MOE: /* refused at create */
+        case DT_OP_HEADNORM: break;
         }
     }
     float *t = d->val[DT_V_IN];

@@ -83,8 +83,9 @@ static dt_status check_ops(const dt_program *p, const dt_program_view *v) {
     int repack = v->rotary || v->kv_heads != v->heads;
     for (int k = 0; k < v->nops; k++) {
         const dt_program_op *o = &v->ops[k];
-        if (o->s.kind == DT_OP_MOE)
-            return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: block op %d (a mixture of experts) has no GPU kernel yet", k);
+        if (o->s.kind == DT_OP_MOE || o->s.kind == DT_OP_HEADNORM)
+            return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: block op %d (%s) has no GPU kernel yet", k,
+                            o->s.kind == DT_OP_MOE ? "a mixture of experts" : "Qwen 3's norm of each head's queries and keys");
         if (o->s.kind == DT_OP_ATTENTION && o->width_in != (repack ? o->width_out + 2 * v->kv_heads * v->head_dim : 3 * o->width_out))
             return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: attention (op %d) reads %d channels, not q, k and v of its heads", k,
                             o->width_in);

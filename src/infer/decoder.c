@@ -40,6 +40,7 @@ static size_t small_floats(const dt_decoder *d, const dt_program *p, const dt_pr
             if (!dt_decoder_runs(d, l, k)) continue;
             if (s->kind == DT_OP_NORM) n += dt_program_block_tensor(p, l, s->w)->count * (s->b >= 0 ? 2 : 1);
             else if (s->kind == DT_OP_LINEAR && s->b >= 0) n += (size_t)d->ops[k].width_out;
+            else if (s->kind == DT_OP_HEADNORM) n += 2 * (size_t)d->hd;
         }
     return n;
 }
@@ -64,6 +65,11 @@ static dt_status load_layer(dt_decoder *d, dt_program *p, const float *params, i
             /* the parts sit side by side (the program checks): one panel of all their rows */
             dt_status st = linear_make(&w->lin, params + wt->offset, o->width_out, o->width_in, d->quant, own, &d->weight_bytes);
             if (st) return st;
+        } else if (o->s.kind == DT_OP_HEADNORM) { /* the queries' scale in w, the keys' in b */
+            const dt_tensor_info *kt = dt_program_block_tensor(p, l, o->s.w + 1);
+            w->w = keep(d, params, wt, (size_t)d->hd);
+            w->b = keep(d, params, kt, (size_t)d->hd);
+            if (!w->w || !w->b) return dt_error(DT_ERR_ARG, "decoder: layer %d's head norm is not in the model", l);
         } else if (o->s.kind == DT_OP_MOE) {
             dt_status st = dt_decoder_moe_load(d, p, params, l, k, &w->moe);
             if (st) return st;
@@ -122,7 +128,7 @@ static dt_status alloc_buffers(dt_decoder *d) {
     d->filled = calloc((size_t)d->nslots, sizeof(int));
     bool ok = d->cache && d->filled && !share_values(d, R);
     d->local_logits = d->tp ? malloc(sizeof(float) * R * (size_t)(d->Vv ? d->Vv : 1)) : NULL;
-    d->stats = malloc(sizeof(float) * 2 * R);
+    d->stats = malloc(sizeof(float) * R * (size_t)(d->NHl + d->NKVl > 2 ? d->NHl + d->NKVl : 2)); /* a norm's, or a head norm's a head */
     d->pos = malloc(sizeof(int32_t) * R);
     d->scores = calloc(R * (size_t)d->NHl * (T + 1), sizeof(float)); /* a head's scores and their sum */
     if (!ok || !d->stats || !d->pos || !d->scores || (d->tp && !d->local_logits))

@@ -155,6 +155,7 @@ static dt_status block(dt_decoder *d, int l, const dt_infer_row *rows, int n) {
         case DT_OP_SWIGLU: dt_swiglu_forward(out, in, n, o->width_out); break;
         case DT_OP_ADD: dt_residual_forward(out, in, d->val[o->s.in2], (size_t)n * o->width_out); break;
         case DT_OP_MOE: st = dt_decoder_moe_run(d, w->moe, in, out, n); break;
+        case DT_OP_HEADNORM: dt_headnorm_forward(out, d->stats, in, w->w, w->b, n, d->NHl, d->NKVl, d->hd, d->cfg.norm_eps); break;
         }
         if (st) return st;
     }

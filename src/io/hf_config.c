@@ -159,7 +159,7 @@ dt_status dt_lm_config_from_hf(const char *json, const char *path, dt_lm_config 
     out->family = dt_family_find(t);
     if (!out->family) {
         const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
-        st = dt_error(DT_ERR_UNSUPPORTED, "%s: \"model_type\" \"%s\" (architecture %s) is not a family dtrain knows (gpt2, llama, qwen2, mixtral, qwen2_moe)", path, t,
+        st = dt_error(DT_ERR_UNSUPPORTED, "%s: \"model_type\" \"%s\" (architecture %s) is not a family dtrain knows (gpt2, llama, qwen2, qwen3, mixtral, qwen2_moe)", path, t,
                       cJSON_IsString(a0) ? a0->valuestring : "not given");
     } else {
         st = strcmp(t, "gpt2") ? llama_like(j, path, out) : gpt2_like(j, path, out);

@@ -36,6 +36,7 @@ static int width_of(const dt_lm_config *c, dt_width w) {
     case W_ONE: return 1;
     case W_DFFN: return c->dense_ffn;
     case W_DFFN2: return 2 * c->dense_ffn;
+    case W_HD: return c->head_dim;
     }
     return 0;
 }
@@ -83,7 +84,7 @@ static int local_width(const dt_program *p, dt_width w) {
 }
 
 static const dt_family *const families[] = { &dt_family_gpt2, &dt_family_llama, &dt_family_qwen2, &dt_family_mixtral, &dt_family_qwen2_moe,
-                                             &dt_family_deepseek_moe, &dt_family_gpt2_moe };
+                                             &dt_family_deepseek_moe, &dt_family_gpt2_moe, &dt_family_qwen3 };
 enum { NFAMILIES = sizeof families / sizeof *families };
 
 const dt_family *dt_family_find(const char *name) {
@@ -122,12 +123,14 @@ const char *dt_family_gguf_arch(const dt_family *f) { return f ? f->gguf_arch : 
 int dt_family_gguf_pairs(const dt_family *f) { return f ? f->gguf_pairs : 0; }
 const char *dt_family_lora_targets(const dt_family *f) { return f && f->lora_targets ? f->lora_targets : ""; }
 
-/* The family's mixture-of-experts op (NULL: none). */
-static const dt_op_spec *moe_spec(const dt_family *f) {
+/* The family's first op of a kind (NULL: none); its mixture of experts. */
+static const dt_op_spec *op_of(const dt_family *f, dt_op_kind kind) {
     for (int k = 0; f && k < f->nops; k++)
-        if (f->ops[k].kind == DT_OP_MOE) return &f->ops[k];
+        if (f->ops[k].kind == kind) return &f->ops[k];
     return NULL;
 }
+static const dt_op_spec *moe_spec(const dt_family *f) { return op_of(f, DT_OP_MOE); }
+bool dt_program_has_op(const dt_program *p, dt_op_kind kind) { return op_of(p->f, kind) != NULL; }
 
 bool dt_family_moe(const dt_family *f) { return moe_spec(f) != NULL; }
 

@@ -8,7 +8,7 @@
 enum { DT_BLOCK_MAX = 32 };
 
 /* Widths a spec names, resolved from the config (program.c, width_of). */
-typedef enum { W_NONE, W_C, W_Q, W_KV, W_QKV, W_FFN, W_FFN2, W_VOCAB, W_POS, W_EXPERTS, W_SFFN, W_ONE, W_DFFN, W_DFFN2 } dt_width;
+typedef enum { W_NONE, W_C, W_Q, W_KV, W_QKV, W_FFN, W_FFN2, W_VOCAB, W_POS, W_EXPERTS, W_SFFN, W_ONE, W_DFFN, W_DFFN2, W_HD } dt_width;
 
 /* One tensor: our name and Hugging Face's ("%d": the layer), its rows and columns (W_NONE: a vector), how
  * tensor parallelism splits it, and what mixed precision reads in f32 (dt_tensor_info's f32_read). hf_t: HF
@@ -70,7 +70,7 @@ typedef struct {
     float *params, *grads, *own_params, *own_grads;
 } program_lora;
 
-extern const dt_family dt_family_gpt2, dt_family_llama, dt_family_qwen2, dt_family_mixtral, dt_family_qwen2_moe, dt_family_deepseek_moe,
+extern const dt_family dt_family_gpt2, dt_family_llama, dt_family_qwen2, dt_family_qwen3, dt_family_mixtral, dt_family_qwen2_moe, dt_family_deepseek_moe,
     dt_family_gpt2_moe;
 
 
@@ -102,6 +102,7 @@ typedef struct {
     float *range_in[DT_GPT2_MAX_CHUNKS]; /* the residual stream entering each range */
     float *dpacked, *dstream[2], *lnf, *lnf_stats, *logits, *losses, *ce_stats, *dlnf, *scratch; /* scratch: 2 B*T */
     float *gather, *partial, *normgrad; /* sequence parallelism's: all rows [B*T, C] gathered; a split sum's all rows; a norm's weight gradient */
+    float *headgrad;           /* tensor parallelism's: a head norm's weights' gradients [2 head_dim], this micro-batch's */
     float *moe_dx;             /* and a mixture's d(input) of all rows [B*T, C] (program_moe.c) */
     int32_t *inputs, *targets, *pos;
     int32_t *first;            /* packed documents: each row's document's first row (attention's keys start there) */
@@ -294,6 +295,8 @@ static inline float *op_stats(const dt_program *p, int l, int k) { return p->s->
 static inline int tensor_at(const dt_program *p, int l, int i) { return p->block_tab[p->bk[l] * p->f->nblock + i]; }
 /* Whether op k runs in layer l. */
 static inline bool op_runs(const dt_program *p, int l, int k) { return dt_layers_hold(p->f->ops[k].layers, p->moe_layer[l]); }
+/* Whether the program's family has an op of this kind. */
+bool dt_program_has_op(const dt_program *p, dt_op_kind kind);
 
 /* Mixed precision (program_lp.c): whether blocks are kept packed in 16 bits; the 16-bit copy of what unit u reads,
  * cast as it starts (forward or backward), and given back after (with unit hooks); block l's kept values packed

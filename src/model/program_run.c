@@ -90,6 +90,7 @@ static void lay_blocks(dt_program *p, program_slot *s, arena *m, size_t BT, size
             dt_op_kind kind = p->ops[k].s.kind;
             bool runs = op_runs(p, l, k), shared = p->recompute && first_k[k] >= 0;
             size_t n = !runs ? 0 : kind == DT_OP_NORM ? 2 * R : kind == DT_OP_ATTENTION ? att : kind == DT_OP_MOE ? dt_program_moe_kept(p, BT) : 0;
+            if (runs && kind == DT_OP_HEADNORM) n = BT * (size_t)(p->NHl + p->KVl / p->cfg.head_dim); /* a head's rstd a row */
             float *x = shared || !n ? NULL : carve_for(m, r, n, !p->recompute);
             if (m->base) s->stats[b * no + k] = shared && n ? s->stats[first_k[k] * no + k] : x;
             if (n && first_k[k] < 0) first_k[k] = b;
@@ -130,6 +131,7 @@ static void lay_slot(dt_program *p, program_slot *s, arena *m, int B, int T) {
     s->gather = carve(m, sp * BT * C, false);
     s->partial = carve(m, sp * BT * C, false);
     s->normgrad = carve(m, sp * 2 * C, false);
+    s->headgrad = carve(m, (p->part.tp_size > 1 && dt_program_has_op(p, DT_OP_HEADNORM)) * 2 * (size_t)p->cfg.head_dim, false);
     s->moe_dx = carve(m, (sp && p->cfg.experts) * BT * C, false);
     /* the head's: in the last range (which holds it) */
     s->lnf = carve_for(m, last, head * R * C, true);
@@ -470,6 +472,11 @@ static void op_forward(dt_program *p, int l, int k) {
         dt_program_moe_forward(p, l, k, in, out);
         dt_lp_round(out, (size_t)R * o->width_out, p->prec);
         break;
+    case DT_OP_HEADNORM:
+        dt_headnorm_forward(out, st, in, weight(p, l, s->w), weight(p, l, s->w + 1), BT, NH, p->KVl / p->cfg.head_dim, p->cfg.head_dim,
+                            p->cfg.norm_eps);
+        dt_lp_round(out, (size_t)BT * o->width_out, p->prec);
+        break;
     }
 }
 
@@ -739,6 +746,20 @@ static void linear_backward(dt_program *p, int l, int k, float *din, float *dout
     if (p->prec != DT_F32) dt_lp_round(din, n, p->prec);
 }
 
+/* A head norm's: its weights' gradients are this rank's heads' part, the other tensor-parallel ranks holding the other
+ * heads, so this micro-batch's part is summed over the group before it is added (as a sequence-parallel norm's). */
+static void headnorm_backward(dt_program *p, int l, const dt_op_spec *s, float *din, const float *dout, const float *in, const float *st) {
+    int hd = p->cfg.head_dim, BT = p->s->B * p->s->T;
+    float *gq = weight_grad(p, l, s->w), *gk = weight_grad(p, l, s->w + 1), *g = p->s->headgrad;
+    bool split = p->part.tp_size > 1;
+    if (split) memset(g, 0, 2 * (size_t)hd * sizeof(float));
+    dt_headnorm_backward(din, split ? g : gq, split ? g + hd : gk, dout, in, weight(p, l, s->w), weight(p, l, s->w + 1), st, BT, p->NHl,
+                         p->KVl / hd, hd);
+    if (!split) return;
+    dt_program_tp_sum(p, g, 2 * (size_t)hd);
+    for (int i = 0; i < hd; i++) gq[i] += g[i], gk[i] += g[hd + i];
+}
+
 static void op_backward(dt_program *p, int l, int k, float *din_stream, float *dout_stream) {
     const dt_program_op *o = &p->ops[k];
     const dt_op_spec *s = &o->s;
@@ -782,6 +803,7 @@ static void op_backward(dt_program *p, int l, int k, float *din_stream, float *d
         break;
     }
     case DT_OP_MOE: dt_program_moe_backward(p, l, k, in, dout, din); break;
+    case DT_OP_HEADNORM: headnorm_backward(p, l, s, din, dout, in, st); break;
     }
 }
 

@@ -1,4 +1,5 @@
-/* Llama as a spec (and Qwen 2, which adds biases to q, k and v; Mixtral, whose MLP is a mixture of experts):
+/* Llama as a spec (and Qwen 2, which adds biases to q, k and v; Qwen 3, which norms each head's queries and keys;
+ * Mixtral, whose MLP is a mixture of experts):
  * RMSNorm before attention and before the MLP, q, k and v as three Linears side by side (K/V heads may be fewer than
  * the heads), rotary positions, a SwiGLU MLP (gate and up side by side, then down), no other biases; the head tied
  * or its own (lm_head). Names as Hugging Face's LlamaForCausalLM (MixtralForCausalLM's files: an expert's w1, w3
@@ -69,6 +70,39 @@ const dt_family dt_family_qwen2 = {
     .embed = embed, .nembed = 1, .block = block_qkv_bias, .nblock = VB + 1, .final = final, .nfinal = 2,
     .ops = ops_qkv_bias, .nops = sizeof ops_qkv_bias / sizeof *ops_qkv_bias, .values = values, .nvalues = NVALUES, .gguf_arch = "qwen2",
     .hf_arch = "Qwen2ForCausalLM", .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
+};
+
+/* Qwen 3: Llama's block, and before attention each query head and each K/V head RMS-normed on its own, one weight of
+ * head_dim for the queries' heads (q_norm) and one for the keys' (k_norm); its heads may be wider than the model
+ * (head_dim given, not C / heads) */
+enum { QNW = DOWNW + 1, KNW };
+static const dt_tensor_spec block_qwen3[] = {
+    LLAMA_BLOCK,
+    [QNW] = { "qnw", "model.layers.%d.self_attn.q_norm.weight", W_HD, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.attn_q_norm.weight", W_NONE, DT_LAYERS_ALL },
+    [KNW] = { "knw", "model.layers.%d.self_attn.k_norm.weight", W_HD, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.attn_k_norm.weight", W_NONE, DT_LAYERS_ALL },
+};
+/* its values: Llama's, then q|k|v with q and k normed */
+enum { QKVN = NVALUES, NVALUES_QWEN3 };
+static const dt_width values_qwen3[NVALUES_QWEN3] = { W_C, W_C, W_C, W_QKV, W_Q, W_C, W_C, W_C, W_FFN2, W_FFN, W_C, W_QKV };
+static const dt_op_spec ops_qwen3[] = {
+    { DT_OP_NORM, DT_V_IN, -1, LN1, LN1W, 1, -1, DT_LAYERS_ALL },
+    { DT_OP_LINEAR, LN1, -1, QKV, QW, 3, -1, DT_LAYERS_ALL },
+    { DT_OP_HEADNORM, QKV, -1, QKVN, QNW, 2, -1, DT_LAYERS_ALL },
+    { DT_OP_ATTENTION, QKVN, -1, ATTY, -1, 0, -1, DT_LAYERS_ALL },
+    { DT_OP_LINEAR, ATTY, -1, ATTPROJ, OW, 1, -1, DT_LAYERS_ALL },
+    { DT_OP_ADD, DT_V_IN, ATTPROJ, RES2, -1, 0, -1, DT_LAYERS_ALL },
+    { DT_OP_NORM, RES2, -1, LN2, LN2W, 1, -1, DT_LAYERS_ALL },
+    { DT_OP_LINEAR, LN2, -1, GATEUP, GATEW, 2, -1, DT_LAYERS_ALL },
+    { DT_OP_SWIGLU, GATEUP, -1, ACT, -1, 0, -1, DT_LAYERS_ALL },
+    { DT_OP_LINEAR, ACT, -1, DOWN, DOWNW, 1, -1, DT_LAYERS_ALL },
+    { DT_OP_ADD, RES2, DOWN, DT_V_OUT, -1, 0, -1, DT_LAYERS_ALL },
+};
+
+const dt_family dt_family_qwen3 = {
+    .name = "qwen3", .rms = 1, .rotary = 1,
+    .embed = embed, .nembed = 1, .block = block_qwen3, .nblock = KNW + 1, .final = final, .nfinal = 2,
+    .ops = ops_qwen3, .nops = sizeof ops_qwen3 / sizeof *ops_qwen3, .values = values_qwen3, .nvalues = NVALUES_QWEN3, .gguf_arch = "qwen3",
+    .hf_arch = "Qwen3ForCausalLM", .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
 };
 
 /* The mixture families: Llama's attention, then in a mixture's layers a router and E SwiGLU experts in place of the
