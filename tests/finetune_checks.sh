@@ -14,11 +14,11 @@ worst() { # REF FILE
     paste <(field loss "$1") <(field loss "$2") |
         awk 'BEGIN{w=0; n=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; n++} END{if(n!=20) print "missing"; else print w}'
 }
-close() { # WHAT REF FILE: within 1e-6 relative at every step
-    local w
+close() { # WHAT REF FILE [TOL]: within TOL (1e-6) relative at every step
+    local w tol=${4:-1e-6}
     w=$(worst "$2" "$3")
-    [ "$w" != missing ] && awk "BEGIN{exit !($w <= 1e-6)}" && ok=1 || ok=0
-    verdict $ok "$1: worst relative loss difference over 20 steps $w"
+    [ "$w" != missing ] && awk "BEGIN{exit !($w <= $tol)}" && ok=1 || ok=0
+    verdict $ok "$1: worst relative loss difference over 20 steps $w${4:+ (held to $tol)}"
 }
 # One training run ("$DTRAIN" train "${common[@]}" --quiet ARGS) with its metrics in $dir/NAME.jsonl.
 run() { # NAME ARGS...
