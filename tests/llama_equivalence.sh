@@ -8,12 +8,15 @@
 # recomputation; and bf16 TP 2 against bf16 on one process within 1e-4. Clipped at 0.5, TP 4 with K/V heads kept by
 # two ranks each has one process's gradient norms and losses.
 # A checkpoint saved under TP 2 x PP 2 resumes on one process with the same losses.
-# usage: llama_equivalence.sh DTRAIN
+# The same for Qwen 3 (MODEL qwen3-tiny: Llama's block with each head's queries and keys RMS-normed on their own, heads
+# of 32 channels, wider than the model's 48 / 12).
+# usage: llama_equivalence.sh DTRAIN [MODEL]   (MODEL: llama-tiny, the default, or qwen3-tiny)
 set -u
 DTRAIN=$1
+MODEL=${2:-llama-tiny}
 . "$(dirname "$0")/checks.sh"
 gpl_tokens
-common=(--model llama-tiny --data "$dir/train.bin" --vocab 257 --layers 4 --channels 48 --heads 12 --kv-heads 6 --ffn 96 --max-seq 64
+common=(--model "$MODEL" --data "$dir/train.bin" --vocab 257 --layers 4 --channels 48 --heads 12 --kv-heads 6 --ffn 96 --max-seq 64
         --seq 64 --steps 20 --lr 1e-3 --threads 1 --quiet)
 # worst relative difference of the loss between two metrics files, or "missing" (checks.sh's, for the loss)
 worst() {
@@ -51,7 +54,9 @@ if run tp4c --batch 4 --nproc 4 --tp 4 --kv-heads 2 --grad-clip 0.5; then
     close "TP 4 with 2 K/V heads, clipped at 0.5" "$dir/kv2c.jsonl" "$dir/tp4c.jsonl"
     n=$(paste <(field grad_norm "$dir/kv2c.jsonl") <(field grad_norm "$dir/tp4c.jsonl") |
         awk 'BEGIN{w=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d} END{print w}')
-    if awk "BEGIN{exit !($n <= 1e-6)}"; then passed=$((passed + 1)); echo "ok   TP 4 with kept K/V heads: the gradient norm is one process's (worst $n)"
+    # (1e-5: the metrics' 7 digits, and sums in another order, moved Qwen 3's by 3e-6 at steps whose losses were
+    # identical; a K/V head counted twice adds its whole share of the squared norm)
+    if awk "BEGIN{exit !($n <= 1e-5)}"; then passed=$((passed + 1)); echo "ok   TP 4 with kept K/V heads: the gradient norm is one process's (worst $n)"
     else failed=$((failed + 1)); echo "FAIL TP 4 with kept K/V heads: gradient norms differ by $n"; fi
 fi
 run dptp --batch 2 --nproc 4 --tp 2 --zero 2 && close "DP 2 x TP 2, ZeRO-2" "$dir/ref.jsonl" "$dir/dptp.jsonl"
@@ -83,6 +88,5 @@ if "$DTRAIN" train "${common[@]}" --steps 10 --batch 2 --grad-accum 2 --nproc 4 
 else
     failed=$((failed + 1)); echo "FAIL save or resume"; tail -3 "$dir/a.out" "$dir/b.out"
 fi
-grep -q "model llama-tiny (llama)\|(llama):" "$dir/ref.out" 2>/dev/null || true
-echo "llama equivalence: $passed passed, $failed failed"
+echo "$MODEL equivalence: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -26,8 +26,8 @@ dt_status dt_lm_preset(const char *name, dt_lm_config *out) {
     else if (!strcmp(name, "mixtral-tiny")) { /* llama-tiny's attention, 8 experts of 172 hidden units, 2 a token */
         *out = llama(512, 256, 4, 8, 2, 128, 172, 10000, false);
         out->family = dt_family_find("mixtral"), out->experts = 8, out->experts_top_k = 2, out->norm_topk = 1;
-    } else if (!strcmp(name, "qwen3-tiny")) { /* llama-tiny's sizes, Qwen 3's block, heads wider than C / heads */
-        *out = llama(512, 256, 4, 8, 2, 128, 344, 1000000, true);
+    } else if (!strcmp(name, "qwen3-tiny")) { /* llama-tiny's sizes (untied), Qwen 3's block, heads wider than C / heads */
+        *out = llama(512, 256, 4, 8, 2, 128, 344, 1000000, false);
         out->family = dt_family_find("qwen3"), out->head_dim = 32, out->norm_eps = 1e-6f;
     } else if (!strcmp(name, "qwen3-0.6b")) {
         *out = llama(151936, 40960, 28, 16, 8, 1024, 3072, 1000000, true);
