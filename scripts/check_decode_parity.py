@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Greedy decoding against Hugging Face and llama.cpp on models dtrain did not make: for each configuration below,
-a random LlamaForCausalLM / Qwen2ForCausalLM (transformers, initializer_range 0.1 so that the tokens vary) saved as
+a random LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM (transformers, initializer_range 0.1 so that the
+tokens vary) saved as
 an HF folder; then 64 greedy tokens from the bytes of a prompt (as ids) by
   HF generate (f32, eager attention),
   dtrain generate --ids on the folder (its KV cache; f32, and int8 said only),
@@ -20,7 +21,7 @@ import sys
 import tempfile
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROMPT, NEW = b"And God said", 64
@@ -39,6 +40,14 @@ CONFIGS = {
                      dict(vocab_size=512, hidden_size=128, intermediate_size=344, num_hidden_layers=4,
                           num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=256,
                           rope_theta=1000000.0, tie_word_embeddings=True)),
+    "qwen3 (tiny)": (Qwen3Config, Qwen3ForCausalLM,
+                     dict(vocab_size=512, hidden_size=128, intermediate_size=344, num_hidden_layers=4,
+                          num_attention_heads=8, num_key_value_heads=2, head_dim=32, max_position_embeddings=256,
+                          rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True)),
+    "qwen3-0.6b": (Qwen3Config, Qwen3ForCausalLM,
+                   dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                        num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+                        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True)),
 }
 
 

@@ -1,6 +1,7 @@
 #!/bin/bash
 # ckpt export DIR OUT/ against Hugging Face: GPT2LMHeadModel.from_pretrained(OUT)
-# (and LlamaForCausalLM's, for a Llama trained by dtrain: GQA, untied head)
+# (and LlamaForCausalLM's, for a Llama trained by dtrain: GQA, untied head; Qwen3ForCausalLM's, for a Qwen 3: its
+# heads' q and k norms, heads wider than the model / heads)
 # loads the folder with no config written by hand, and its loss on the first
 # validation batch equals dtrain eval's. Needs the baselines' virtual
 # environment (scripts/make-baselines-venv.sh, then pip install transformers).
@@ -37,3 +38,4 @@ PY
 }
 check gpt2 GPT2LMHeadModel
 check llama LlamaForCausalLM --model llama-tiny --kv-heads 2 --ffn 96
+check qwen3 Qwen3ForCausalLM --model qwen3-tiny --kv-heads 2 --ffn 96

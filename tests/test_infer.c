@@ -283,16 +283,18 @@ static void rowdot_checks(void) {
     }
 }
 
-/* kv_heads 0: GPT-2; else a Llama (rotary positions, RMSNorm, SwiGLU, an untied head) with that many K/V heads. */
-static dt_gpt2 *small_model(int heads, int kv_heads) {
+/* family 0: GPT-2; 1: a Llama (rotary positions, RMSNorm, SwiGLU, an untied head) with kv_heads K/V heads; 2: a Qwen 3
+ * (a Llama whose heads' q and k are RMS-normed), its heads of 16 channels over the model's 12 a head. */
+static dt_gpt2 *small_model(int family, int heads, int kv_heads) {
     /* 12 channels a head: the lanes' tails run everywhere */
     dt_gpt2_config c = { .max_seq_len = 40, .vocab_size = 67, .padded_vocab_size = 72, .num_layers = 2, .num_heads = heads,
                          .channels = 12 * heads };
-    if (kv_heads) {
-        c.family = dt_family_find("llama");
+    if (family) {
+        c.family = dt_family_find(family == 2 ? "qwen3" : "llama");
         c.kv_heads = kv_heads;
         c.ffn = 20 * heads;
         c.untied = 1;
+        c.head_dim = family == 2 ? 16 : 0;
     }
     dt_gpt2 *m = NULL;
     if (dt_gpt2_create(&c, &m)) return NULL;
@@ -338,7 +340,7 @@ static void copy_bias(dt_gpt2 *from, dt_gpt2 *to) {
 static void taking_checks(void) {
     for (int q8 = 0; q8 < 2; q8++) {
         dt_quant q = q8 ? DT_QUANT_INT8 : DT_QUANT_NONE;
-        dt_gpt2 *a = small_model(2, 0), *b = small_model(2, 0);
+        dt_gpt2 *a = small_model(0, 2, 0), *b = small_model(0, 2, 0);
         dt_decoder *copying = NULL, *taking = NULL;
         int T = 9, V = 67;
         float *la = malloc(sizeof(float) * (size_t)T * V), *lb = malloc(sizeof(float) * (size_t)T * V);
@@ -618,9 +620,10 @@ int main(int argc, char **argv) {
      * or are fewer than the ranks (2 over 4: each kept by two), or one (multi-query) */
     int heads = ranks == 1 ? 3 : ranks % 3 == 0 ? 6 : 4;
     int kv_heads = ranks == 1 ? 1 : ranks % 3 == 0 ? 3 : 2;
-    for (int llama = 0; llama < 2; llama++) {
-        printf("-- %s\n", llama ? "llama" : "gpt2");
-        dt_gpt2 *whole = small_model(heads, llama ? kv_heads : 0), *m = whole;
+    for (int family = 0; family < 3; family++) {
+        static const char *const names[] = { "gpt2", "llama", "qwen3 (q and k normed, heads of 16 over 12 a head)" };
+        printf("-- %s\n", names[family]);
+        dt_gpt2 *whole = small_model(family, heads, kv_heads), *m = whole;
         dt_tp_ops ops;
         EXPECT(whole != NULL, "model: %s", dt_last_error());
         if (whole && ranks > 1) m = tp_part(whole, w, &ops);
@@ -628,9 +631,9 @@ int main(int argc, char **argv) {
             decoder_against_forward(whole, m);
             invariance(m, DT_QUANT_NONE);
             invariance(m, DT_QUANT_INT8);
-            if (ranks == 1 && !llama) refusals(m);
+            if (ranks == 1 && !family) refusals(m);
             dt_tp_ops ops2;
-            dt_gpt2 *whole2 = small_model(heads, llama ? kv_heads : 0), *m2 = whole2 && ranks > 1 ? tp_part(whole2, w, &ops2) : whole2;
+            dt_gpt2 *whole2 = small_model(family, heads, kv_heads), *m2 = whole2 && ranks > 1 ? tp_part(whole2, w, &ops2) : whole2;
             if (m2 != whole2) dt_gpt2_destroy(whole2);
             EXPECT(m2 != NULL, "second model: %s", dt_last_error());
             if (m2) int8_without_model(m, m2);

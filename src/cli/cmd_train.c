@@ -18,9 +18,10 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: dtrain train --data FILE [FLAGS]\n"
             "  --model M          preset d6 (default), 124M, 350M, 774M, 1558M (GPT-2), llama-tiny, mixtral-tiny,\n"
-            "                     smollm-135m, llama3.2-1b (the Llama family), or a model file (llm.c .bin, f32 or\n"
-            "                     bf16; HF GPT-2 .safetensors, f32/bf16/f16), or an HF folder (config.json and\n"
-            "                     safetensors: gpt2, llama, qwen2, mixtral, qwen2_moe);\n"
+            "                     smollm-135m, llama3.2-1b (the Llama family), qwen3-tiny, qwen3-0.6b (Qwen 3),\n"
+            "                     or a model file (llm.c .bin, f32 or bf16; HF GPT-2 .safetensors, f32/bf16/f16),\n"
+            "                     or an HF folder (config.json and safetensors: gpt2, llama, qwen2, qwen3, mixtral,\n"
+            "                     qwen2_moe);\n"
             "                     mlp or mlp:H1,H2,..: image classification (hidden sizes; 256,128 by default) on\n"
             "                     --data DIR with MNIST-style IDX files (default /usr/share/datasets/fashion-mnist),\n"
             "                     --epochs N (5); test accuracy and img/s per worker and in total each epoch\n"

@@ -36,7 +36,7 @@ static void moe_config(cJSON *j, const dt_lm_config *c, bool qwen) {
     cJSON_AddNumberToObject(j, "router_aux_loss_coef", c->aux_coef > 0 ? dt_f32_decimal(c->aux_coef) : 0.001);
 }
 
-/* LlamaConfig's (Qwen2Config's, MixtralConfig's, Qwen2MoeConfig's) fields: what transformers needs to build the same model. */
+/* LlamaConfig's (Qwen2Config's, Qwen3Config's, MixtralConfig's, Qwen2MoeConfig's) fields: what transformers needs to build the same model. */
 static cJSON *llama_config(const dt_gpt2_config *given) {
     dt_lm_config c = dt_lm_config_resolve(given);
     bool qmoe = c.family == dt_family_find("qwen2_moe"), moe = c.experts > 0;
@@ -65,9 +65,9 @@ static cJSON *llama_config(const dt_gpt2_config *given) {
     }
     cJSON_AddBoolToObject(j, "tie_word_embeddings", !c.untied);
     cJSON_AddStringToObject(j, "hidden_act", "silu");
-    if (c.family == dt_family_find("llama")) { /* (Qwen 2 has q/k/v biases; a mixture has no such fields) */
+    if (c.family == dt_family_find("llama") || c.family == dt_family_find("qwen3")) { /* (Qwen 2 has q/k/v biases; a mixture has no such fields) */
         cJSON_AddBoolToObject(j, "attention_bias", 0);
-        cJSON_AddBoolToObject(j, "mlp_bias", 0);
+        if (c.family == dt_family_find("llama")) cJSON_AddBoolToObject(j, "mlp_bias", 0);
     }
     cJSON_AddNullToObject(j, "bos_token_id");
     cJSON_AddNullToObject(j, "eos_token_id");
