@@ -288,6 +288,19 @@ wait $cpid
     ok "SIGTERM: the request in hand finished ($(text < "$dir/inflight" | wc -c) bytes), exit 0: $(tail -1 "$dir/bad.out")" ||
     fail "SIGTERM: rc $rc, $(cat "$dir/inflight") $(tail -2 "$dir/bad.out")"
 
+# ---- --context N: each slot holds N positions (today's models read 32k-128k: 8 slots of Qwen3-0.6B's 40960 in f32
+# are 75 GB); a longer request is a 400 naming it, one that fits gets the tokens it gets with the model's context ----
+if start ctx "$dir/byte.bin" --threads $T --context 16; then
+    r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/completions" -d '{"prompt":"01234567890123456789","max_tokens":3}')
+    c=$(post '{"prompt":"The ","max_tokens":12,"temperature":0}' | text)
+    grep -q "context 16)" "$dir/ctx.out" && grep -q "a request holds 16 positions (--context N: up to the model's 64)" "$dir/ctx.out" &&
+        [ "${r##* }" = 400 ] && echo "$r" | grep -q "context (--context) holds 16 tokens" && [ ${#c} = 12 ] && [ "${s#"$c"}" != "$s" ] &&
+        ok "--context 16: said at start, a 20-token prompt refused, a completion of 4 + 12 tokens the first of the 30 above ('$c')" ||
+        fail "--context 16: $r; '$c' against '$s'; $(head -2 "$dir/ctx.out")"
+    kill $spid
+    wait $spid 2> /dev/null
+fi
+
 # ---- a model whose tokenizer_config.json has a chat template (ChatML): chats by it, the answer ending at <|im_end|> ----
 mkdir -p "$dir/chatml"
 "$DTRAIN" train --model llama-tiny --data "$dir/train.bin" --layers 2 --channels 64 --heads 4 --kv-heads 2 --ffn 160 --vocab 2048 \

@@ -344,8 +344,8 @@ static void taking_checks(void) {
         dt_decoder *copying = NULL, *taking = NULL;
         int T = 9, V = 67;
         float *la = malloc(sizeof(float) * (size_t)T * V), *lb = malloc(sizeof(float) * (size_t)T * V);
-        dt_status sa = a ? dt_decoder_create(a, q, 1, T, &copying) : DT_ERR_NOMEM;
-        dt_status sb = b ? dt_decoder_create_taking(b, q, 1, T, &taking) : DT_ERR_NOMEM; /* b is the decoder's now */
+        dt_status sa = a ? dt_decoder_create(a, q, 1, T, 0, &copying) : DT_ERR_NOMEM;
+        dt_status sb = b ? dt_decoder_create_taking(b, q, 1, T, 0, &taking) : DT_ERR_NOMEM; /* b is the decoder's now */
         EXPECT(!sa && !sb, "taking decoder: %s", dt_last_error());
         if (copying && taking) {
             dt_infer_row rows[9];
@@ -375,7 +375,7 @@ static void decoder_against_forward(dt_gpt2 *whole, dt_gpt2 *m) {
     EXPECT(!dt_gpt2_forward(whole, tok, NULL, 1, T, NULL), "forward: %s", dt_last_error());
     const float *ref = dt_gpt2_logits(whole);
     dt_decoder *d = NULL;
-    EXPECT(!dt_decoder_create(m, DT_QUANT_NONE, 2, T, &d), "decoder: %s", dt_last_error());
+    EXPECT(!dt_decoder_create(m, DT_QUANT_NONE, 2, T, 0, &d), "decoder: %s", dt_last_error());
     if (!d) return;
     dt_infer_row rows[29];
     float *all = malloc(sizeof(float) * (size_t)T * V), *inc = malloc(sizeof(float) * (size_t)T * V);
@@ -436,7 +436,7 @@ static void serve(dt_gpt2 *m, dt_quant q, int nslots, int budget, const int *joi
     dt_decoder *d = NULL;
     dt_batcher *b = NULL;
     memset(rc, 0, sizeof(record) * NREQ);
-    if (dt_decoder_create(m, q, nslots, budget, &d) || dt_batcher_create(d, budget, &b)) {
+    if (dt_decoder_create(m, q, nslots, budget, 0, &d) || dt_batcher_create(d, budget, &b)) {
         EXPECT(0, "batcher: %s", dt_last_error());
         dt_decoder_destroy(d);
         return;
@@ -492,7 +492,7 @@ static void invariance(dt_gpt2 *m, dt_quant q) {
 static void refusals(dt_gpt2 *m) {
     dt_decoder *d = NULL;
     dt_batcher *b = NULL;
-    EXPECT(!dt_decoder_create(m, DT_QUANT_NONE, 2, 8, &d), "decoder: %s", dt_last_error());
+    EXPECT(!dt_decoder_create(m, DT_QUANT_NONE, 2, 8, 0, &d), "decoder: %s", dt_last_error());
     if (!d) return;
     EXPECT(dt_batcher_create(d, 1, &b) == DT_ERR_ARG && strstr(dt_last_error(), "2 slots"), "budget below the slots: '%s'",
            dt_last_error());
@@ -517,7 +517,7 @@ static void refusals(dt_gpt2 *m) {
     dt_decoder_destroy(d);
     d = NULL;
     b = NULL;
-    EXPECT(!dt_decoder_create(m, DT_QUANT_NONE, 1, 40, &d) && !dt_batcher_create(d, 40, &b), "%s", dt_last_error());
+    EXPECT(!dt_decoder_create(m, DT_QUANT_NONE, 1, 40, 0, &d) && !dt_batcher_create(d, 40, &b), "%s", dt_last_error());
     memset(&rc, 0, sizeof rc);
     r.nprompt = 38;
     r.max_tokens = 10;
@@ -551,7 +551,7 @@ static dt_gpt2 *tp_part(dt_gpt2 *whole, dt_comm *w, dt_tp_ops *ops) {
 static void int8_without_model(dt_gpt2 *m, dt_gpt2 *copy) {
     dt_decoder *live = NULL, *alone = NULL;
     int T = 29, V = dt_gpt2_get_config(m)->vocab_size;
-    EXPECT(!dt_decoder_create(m, DT_QUANT_INT8, 1, T, &live) && !dt_decoder_create(copy, DT_QUANT_INT8, 1, T, &alone),
+    EXPECT(!dt_decoder_create(m, DT_QUANT_INT8, 1, T, 0, &live) && !dt_decoder_create(copy, DT_QUANT_INT8, 1, T, 0, &alone),
            "int8 decoders: %s", dt_last_error());
     float *p = dt_gpt2_params(copy);
     for (size_t i = 0; i < dt_gpt2_num_params(copy); i++) p[i] = NAN;
@@ -564,7 +564,7 @@ static void int8_without_model(dt_gpt2 *m, dt_gpt2 *copy) {
         EXPECT(!memcmp(a, b, sizeof(float) * (size_t)T * V), "an int8 decoder whose model was destroyed: different logits");
         /* int8's cache holds bf16: half an f32 decoder's bytes for the same slots */
         dt_decoder *f = NULL;
-        EXPECT(!dt_decoder_create(m, DT_QUANT_NONE, 1, T, &f), "f32 decoder: %s", dt_last_error());
+        EXPECT(!dt_decoder_create(m, DT_QUANT_NONE, 1, T, 0, &f), "f32 decoder: %s", dt_last_error());
         if (f)
             EXPECT(2 * dt_decoder_cache_bytes(live) == dt_decoder_cache_bytes(f), "int8's cache: %zu bytes, f32's %zu (not half)",
                    dt_decoder_cache_bytes(live), dt_decoder_cache_bytes(f));
@@ -572,7 +572,7 @@ static void int8_without_model(dt_gpt2 *m, dt_gpt2 *copy) {
         /* the bf16 cache rounds to nearest even: layer 0's keys and values (which no earlier rounding touched) are
          * those an int8 decoder keeping an f32 cache (DTRAIN_KV_CACHE=f32) holds, so rounded */
         setenv("DTRAIN_KV_CACHE", "f32", 1);
-        EXPECT(!dt_decoder_create(m, DT_QUANT_INT8, 1, T, &f), "int8 decoder, f32 cache: %s", dt_last_error());
+        EXPECT(!dt_decoder_create(m, DT_QUANT_INT8, 1, T, 0, &f), "int8 decoder, f32 cache: %s", dt_last_error());
         unsetenv("DTRAIN_KV_CACHE");
         int C = dt_gpt2_get_config(m)->channels, diff = 0, ties = 0;
         float *kw = malloc(sizeof(float) * 4 * (size_t)C), *vw = kw + C, *k16 = kw + 2 * C, *v16 = kw + 3 * C;

@@ -369,7 +369,7 @@ static dt_status decode_greedy(const char *path, dt_quant q, int32_t *out) {
     if (!st) st = dt_gpt2_create(&cfg, &m);
     if (!st) dt_gpt2_model(m, &md), st = dt_safetensors_read_model(f, &md, cfg.vocab_size, NULL);
     if (!st) st = dt_safetensors_read_i32(f, "inputs", B * T, in);
-    if (!st) st = dt_decoder_create_taking(m, q, B, B * PROMPT, &d);
+    if (!st) st = dt_decoder_create_taking(m, q, B, B * PROMPT, 0, &d);
     m = NULL;
     int V = cfg.vocab_size;
     float *logits = st ? NULL : malloc(sizeof(float) * B * (size_t)V);

@@ -39,16 +39,17 @@ typedef struct dt_decoder dt_decoder;
  * channel, token embeddings read from the head's rows; the LayerNorms,
  * biases and position table copied: the decoder keeps nothing of m's, and
  * m may be destroyed once it is made), with nslots sequences' caches of
- * max_seq_len positions each (a part's: its heads) and room for max_rows
- * rows a step. Over a part, every rank of its group steps with the same
+ * context positions each (0, or more than the model's max_seq_len: the
+ * model's; a part's: its heads) and room for max_rows rows a step; the
+ * decoder's config says max_seq_len = that context. Over a part, every rank of its group steps with the same
  * rows together (the row-parallel sums and the vocabulary's logits go
  * through the part's dt_tp_ops) and gets the whole logits, the same bits
  * on every rank. */
-dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_rows, dt_decoder **out);
+dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_rows, int context, dt_decoder **out);
 /* The same, taking m (the decoder's after, whether it succeeds or not): f32
  * Linears packed in m's own memory instead of copied, so the weights are
  * held once (int8: m destroyed once quantized). */
-dt_status dt_decoder_create_taking(dt_gpt2 *m, dt_quant q, int nslots, int max_rows, dt_decoder **out);
+dt_status dt_decoder_create_taking(dt_gpt2 *m, dt_quant q, int nslots, int max_rows, int context, dt_decoder **out);
 void dt_decoder_destroy(dt_decoder *d);
 /* A decoder whose steps run elsewhere: each step's rows checked as always, then run(ctx, the rows as four int32
  * words each, n, logits) (logits [m, V] for the m rows that want them); destroy(ctx) with the decoder, or at once

@@ -12,6 +12,10 @@
 extern "C" {
 #endif
 
+/* The default context: today's models read 32k-128k positions, and 8 slots of that many in f32 (Qwen3-0.6B's 40960:
+ * 75 GB) would not fit where the model does; llama.cpp's server holds 4096 unless told. */
+#define DT_SERVE_CONTEXT 4096
+
 typedef struct {
     const char *model;               /* a weights file, an HF folder or a checkpoint directory */
     const char *lora;                /* PEFT's adapter folder (or a LoRA run's --save DIR) merged into it; NULL: none */
@@ -19,6 +23,8 @@ typedef struct {
     int port;                        /* 0: any free port (printed) */
     int threads;                     /* compute threads (0: OMP_NUM_THREADS, or the cores it may use, dt_comm_default_threads) */
     int slots;                       /* requests decoding together */
+    int context;                     /* positions a request holds, each slot's cache (0: the model's, at most
+                                      * DT_SERVE_CONTEXT; more than the model's: the model's) */
     int budget;                      /* rows a step (prompt chunks and decode rows) */
     int queue;                       /* requests waiting for a slot at most; more get 503 */
     dt_quant quant;

@@ -128,7 +128,7 @@ static dt_status perplexity(dt_gpt2 *m, dt_quant q, const char *path, int window
     dt_decoder *d = NULL;
     dt_status st = dt_tokens_open(path, &t);
     if (!st) st = dt_tokens_check_vocab(t, V);
-    if (!st) st = dt_decoder_create(m, q, 1, T, &d);
+    if (!st) st = dt_decoder_create(m, q, 1, T, 0, &d);
     float *logits = st ? NULL : malloc(sizeof(float) * (size_t)T * V);
     dt_infer_row *rows = st ? NULL : malloc(sizeof *rows * (size_t)T);
     if (!st && (!logits || !rows)) st = dt_error(DT_ERR_NOMEM, "bench infer: out of memory for perplexity");
@@ -168,7 +168,7 @@ static int measure(dt_gpt2 *m, dt_quant q, int threads, const dt_bench_infer_opt
     dt_kernels_set_threads(threads);
     int rows = o->prompt > o->batch ? o->prompt : o->batch;
     dt_decoder *d = NULL;
-    if (dt_decoder_create(m, q, o->batch, rows, &d)) { dt_log(DT_LOG_ERROR, "bench infer: %s", dt_last_error()); return 1; }
+    if (dt_decoder_create(m, q, o->batch, rows, o->prompt + o->steps, &d)) { /* (the positions it reads, not a 40960 context's) */ dt_log(DT_LOG_ERROR, "bench infer: %s", dt_last_error()); return 1; }
     float *logits = malloc(sizeof(float) * (size_t)rows * (size_t)dt_gpt2_get_config(m)->vocab_size);
     double pre = time_prefill(d, o->prompt, 1, logits); /* warm-up: pages touched, caches filled */
     if (pre >= 0) pre = time_prefill(d, o->prompt, o->reps, logits);
@@ -325,7 +325,7 @@ static void print_ceilings(dt_gpt2 *m, const int *ts, int nt) {
     size_t wb[2] = { 0, 0 }; /* the weights' bytes, f32 and int8 */
     for (int q = 0; q < 2; q++) {
         dt_decoder *probe = NULL;
-        if (!dt_decoder_create(m, q ? DT_QUANT_INT8 : DT_QUANT_NONE, 1, 1, &probe)) wb[q] = dt_decoder_weight_bytes(probe);
+        if (!dt_decoder_create(m, q ? DT_QUANT_INT8 : DT_QUANT_NONE, 1, 1, 0, &probe)) wb[q] = dt_decoder_weight_bytes(probe);
         dt_decoder_destroy(probe);
     }
     for (int i = 0; i < nt; i++) {

@@ -13,19 +13,20 @@ static const dt_cli_flag flags[] = {
     { "--quantize", "int8 (or none)" }, { "--bpe", "ENCODER.json VOCAB.bpe (two files)" }, { "--tokenizer", "a tokenizer.json" },
     { "--max-body", "a size in bytes from 1024 to 1e9" }, { "--upload-timeout", "seconds from 1 to 3600" }, { "--help", "" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--tp", "a whole number of tensor-parallel ranks from 1 to 256" },
-    { "--device", "cpu, cuda or cuda:N" }, { NULL, NULL },
+    { "--device", "cpu, cuda or cuda:N" }, { "--context", "a whole number of positions from 1 to 16777216" }, { NULL, NULL },
 };
 
 static void usage(void) {
     printf("usage: dtrain serve MODEL [--port 8000] [--host 127.0.0.1] [--threads N] [--slots 8] [--budget 256] [--queue 256]\n"
            "                    [--quantize int8] [--tokenizer tokenizer.json | --bpe ENCODER.json VOCAB.bpe] [--max-body 1048576]\n"
-           "                    [--upload-timeout 10] [--lora DIR] [--nproc N --tp N] [--device cuda[:N]]\n"
+           "                    [--upload-timeout 10] [--lora DIR] [--nproc N --tp N] [--device cuda[:N]] [--context N]\n"
            "--lora DIR: PEFT's LoRA adapter folder (a LoRA run's --save DIR holds one) merged into MODEL.\n"
            "MODEL: a weights file (.bin, .safetensors), an HF folder (its tokenizer.json read where it has one) or a\n"
            "checkpoint directory. OpenAI's completions API:\n"
            "  POST /v1/completions  {\"prompt\", \"max_tokens\" (16), \"temperature\" (1), \"top_p\" (1), \"top_k\" (0: all),\n"
            "                         \"seed\" (0), \"stop\", \"stream\", \"echo\"}\n"
            "  GET /health, GET /metrics (Prometheus), GET /v1/models\n"
+           "--context N: the positions a request holds, each slot's cache (default: the model's, at most 4096).\n"
            "--slots requests decode together (continuous batching: they join and leave at every step); --budget rows\n"
            "(prompt tokens and one per decoding request) go through the model a step; --queue more wait, beyond that 503.\n"
            "A request's tokens are the same whatever else is in the batch. SIGINT/SIGTERM: finish what is in hand, then exit.\n"
@@ -38,7 +39,7 @@ int dt_cli_serve(int argc, char **argv) {
     dt_serve_options o = { .host = "127.0.0.1", .port = 8000, .threads = 0, .slots = 8, .budget = 256, .queue = 256,
                            .max_body = 1 << 20, .upload_seconds = 10 };
     double port = o.port, threads = 0, slots = o.slots, budget = o.budget, queue = o.queue, body = (double)o.max_body,
-           upload = o.upload_seconds, nproc = 1, ntp = 0;
+           upload = o.upload_seconds, nproc = 1, ntp = 0, context = 0;
     bool budget_given = false;
     int named = 0;
     for (int i = 1; i < argc; i++) {
@@ -67,12 +68,14 @@ int dt_cli_serve(int argc, char **argv) {
         else if (!strcmp(f, "--nproc") && dt_cli_number(v, 1, 256, &nproc) && nproc == (int)nproc) {}
         else if (!strcmp(f, "--tp") && dt_cli_number(v, 1, 256, &ntp) && ntp == (int)ntp) {}
         else if (!strcmp(f, "--device") && v && dt_cli_device(v, &o.cuda, &named)) {}
+        else if (!strcmp(f, "--context") && dt_cli_number(v, 1, 1 << 24, &context) && context == (int)context) {}
         else return dt_cli_flag_error("serve", flags, f, v);
     }
     if (!o.model) { dt_log(DT_LOG_ERROR, "serve: give the MODEL to serve (a weights file or a checkpoint directory)"); return 2; }
     o.port = (int)port;
     o.threads = (int)threads;
     o.slots = (int)slots;
+    o.context = (int)context;
     o.budget = budget_given ? (int)budget : (int)slots > 256 ? (int)slots : 256;
     o.queue = (int)queue;
     o.max_body = (size_t)body;

@@ -81,7 +81,7 @@ dt_status dt_batcher_add(dt_batcher *b, const dt_infer_request *r) {
     const dt_gpt2_config *c = dt_decoder_config(b->d);
     if (r->nprompt < 1) return dt_error(DT_ERR_ARG, "the prompt is empty");
     if (r->nprompt > c->max_seq_len)
-        return dt_error(DT_ERR_ARG, "the prompt has %d tokens; the model's context holds %d", r->nprompt, c->max_seq_len);
+        return dt_error(DT_ERR_ARG, "the prompt has %d tokens; the context holds %d", r->nprompt, c->max_seq_len);
     if (r->max_tokens < 1) return dt_error(DT_ERR_ARG, "max_tokens %d: expected >= 1", r->max_tokens);
     for (int i = 0; i < r->nprompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= c->vocab_size)

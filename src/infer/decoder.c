@@ -193,7 +193,8 @@ static dt_status load(dt_decoder *d, dt_program *p, const float *params, const d
 
 /* take: m becomes the decoder's (destroyed with it, or at once for int8, whose copies need nothing of it; on a
  * failure too), and its f32 Linears are packed where they lie. */
-static dt_status make(dt_gpt2 *m, bool take, dt_quant q, int nslots, int max_rows, const dt_decoder_device *dev, dt_decoder **out) {
+static dt_status make(dt_gpt2 *m, bool take, dt_quant q, int nslots, int max_rows, int context, const dt_decoder_device *dev,
+                      dt_decoder **out) {
     *out = NULL;
     dt_status st = nslots < 1 || max_rows < 1
                        ? dt_error(DT_ERR_ARG, "decoder: %d slots and %d rows a step (each must be >= 1)", nslots, max_rows)
@@ -208,6 +209,7 @@ static dt_status make(dt_gpt2 *m, bool take, dt_quant q, int nslots, int max_row
     if (dev) d->dev = *dev;
     dt_program *p = dt_gpt2_program(m);
     d->cfg = *dt_program_config(p); /* its defaults resolved (a norm's epsilon, the rotary base) */
+    if (context > 0 && context < d->cfg.max_seq_len) d->cfg.max_seq_len = context; /* the caches' positions, and the rows' limit */
     d->quant = q;
     /* int8 weights keep the cache in bf16; DTRAIN_KV_CACHE=f32 keeps f32 (a debugging switch: the test of the
      * rounding compares the two) */
@@ -227,16 +229,16 @@ static dt_status make(dt_gpt2 *m, bool take, dt_quant q, int nslots, int max_row
     return DT_OK;
 }
 
-dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_rows, dt_decoder **out) {
-    return make((dt_gpt2 *)m, false, q, nslots, max_rows, NULL, out); /* copies only: m is read, never written */
+dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_rows, int context, dt_decoder **out) {
+    return make((dt_gpt2 *)m, false, q, nslots, max_rows, context, NULL, out); /* copies only: m is read, never written */
 }
 
 dt_status dt_decoder_create_on(const dt_gpt2 *m, int nslots, int max_rows, dt_decoder_device dev, dt_decoder **out) {
-    return make((dt_gpt2 *)m, false, DT_QUANT_NONE, nslots, max_rows, &dev, out); /* its shape only is read */
+    return make((dt_gpt2 *)m, false, DT_QUANT_NONE, nslots, max_rows, 0, &dev, out); /* its shape only is read */
 }
 
-dt_status dt_decoder_create_taking(dt_gpt2 *m, dt_quant q, int nslots, int max_rows, dt_decoder **out) {
-    return make(m, true, q, nslots, max_rows, NULL, out);
+dt_status dt_decoder_create_taking(dt_gpt2 *m, dt_quant q, int nslots, int max_rows, int context, dt_decoder **out) {
+    return make(m, true, q, nslots, max_rows, context, NULL, out);
 }
 
 void dt_decoder_destroy(dt_decoder *d) {

@@ -144,8 +144,8 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
     if ((double)p->nprompt + mt > context || mt < 1) {
         *param = chat && mt < 1 ? "messages" : max_name;
         if (mt < 1)
-            return dt_error(DT_ERR_ARG, "this model's context holds %d tokens and the messages take %d: shorten them", context, p->nprompt);
-        return dt_error(DT_ERR_ARG, "this model's context holds %d tokens; the prompt has %d and %s asks for %.0f more "
+            return dt_error(DT_ERR_ARG, "the server's context (--context) holds %d tokens and the messages take %d: shorten them", context, p->nprompt);
+        return dt_error(DT_ERR_ARG, "the server's context (--context) holds %d tokens; the prompt has %d and %s asks for %.0f more "
                         "(%.0f in all): shorten the prompt or lower %s", context, p->nprompt, max_name, mt, p->nprompt + mt, max_name);
     }
     p->max_tokens = (int)mt;

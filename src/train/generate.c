@@ -76,7 +76,7 @@ static dt_status generate_cached(dt_gpt2 **m, int32_t *toks, int nprompt, const 
     if (o->cuda) { /* the weights on the GPU: the host's copy is let go */
         st = dt_decoder_create_gpu(*m, o->cuda - 1, 1, rows, &d);
         dt_gpt2_destroy(*m);
-    } else st = dt_decoder_create_taking(*m, o->quant, 1, rows, &d); /* the weights held once */
+    } else st = dt_decoder_create_taking(*m, o->quant, 1, rows, 0, &d); /* the weights held once */
     *m = NULL;
     if (!st) st = dt_batcher_create(d, rows, &b);
     cached_run run = { emit, ctx, toks, nprompt };
