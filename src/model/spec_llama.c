@@ -41,19 +41,22 @@ static const dt_tensor_spec final[] = {
 enum { LN1 = 2, QKV, ATTY, ATTPROJ, RES2, LN2, GATEUP, ACT, DOWN, NVALUES };
 static const dt_width values[NVALUES] = { W_C, W_C, W_C, W_QKV, W_Q, W_C, W_C, W_C, W_FFN2, W_FFN, W_C };
 
-#define LLAMA_ATTENTION_OPS(qkv_bias)                         \
+/* the norm and q, k, v; attention from what they made (qkv: that value, or one made of it) to the MLP's norm; the MLP */
+#define LLAMA_QKV_OPS(qkv_bias)                                                    \
     { DT_OP_NORM, DT_V_IN, -1, LN1, LN1W, 1, -1, DT_LAYERS_ALL },                  \
-    { DT_OP_LINEAR, LN1, -1, QKV, QW, 3, qkv_bias, DT_LAYERS_ALL },             \
-    { DT_OP_ATTENTION, QKV, -1, ATTY, -1, 0, -1, DT_LAYERS_ALL },               \
-    { DT_OP_LINEAR, ATTY, -1, ATTPROJ, OW, 1, -1, DT_LAYERS_ALL },              \
+    { DT_OP_LINEAR, LN1, -1, QKV, QW, 3, qkv_bias, DT_LAYERS_ALL }
+#define LLAMA_ATTENDING_OPS(qkv)                                                   \
+    { DT_OP_ATTENTION, qkv, -1, ATTY, -1, 0, -1, DT_LAYERS_ALL },                  \
+    { DT_OP_LINEAR, ATTY, -1, ATTPROJ, OW, 1, -1, DT_LAYERS_ALL },                 \
     { DT_OP_ADD, DT_V_IN, ATTPROJ, RES2, -1, 0, -1, DT_LAYERS_ALL },               \
     { DT_OP_NORM, RES2, -1, LN2, LN2W, 1, -1, DT_LAYERS_ALL }
-#define LLAMA_OPS(qkv_bias)                                   \
-    LLAMA_ATTENTION_OPS(qkv_bias),                               \
-    { DT_OP_LINEAR, LN2, -1, GATEUP, GATEW, 2, -1, DT_LAYERS_ALL },             \
-    { DT_OP_SWIGLU, GATEUP, -1, ACT, -1, 0, -1, DT_LAYERS_ALL },                \
-    { DT_OP_LINEAR, ACT, -1, DOWN, DOWNW, 1, -1, DT_LAYERS_ALL },               \
+#define LLAMA_MLP_OPS                                                              \
+    { DT_OP_LINEAR, LN2, -1, GATEUP, GATEW, 2, -1, DT_LAYERS_ALL },                \
+    { DT_OP_SWIGLU, GATEUP, -1, ACT, -1, 0, -1, DT_LAYERS_ALL },                   \
+    { DT_OP_LINEAR, ACT, -1, DOWN, DOWNW, 1, -1, DT_LAYERS_ALL },                  \
     { DT_OP_ADD, RES2, DOWN, DT_V_OUT, -1, 0, -1, DT_LAYERS_ALL }
+#define LLAMA_ATTENTION_OPS(qkv_bias) LLAMA_QKV_OPS(qkv_bias), LLAMA_ATTENDING_OPS(QKV)
+#define LLAMA_OPS(qkv_bias) LLAMA_ATTENTION_OPS(qkv_bias), LLAMA_MLP_OPS
 
 static const dt_op_spec ops[] = { LLAMA_OPS(-1) };
 static const dt_op_spec ops_qkv_bias[] = { LLAMA_OPS(QB) };
@@ -85,17 +88,10 @@ static const dt_tensor_spec block_qwen3[] = {
 enum { QKVN = NVALUES, NVALUES_QWEN3 };
 static const dt_width values_qwen3[NVALUES_QWEN3] = { W_C, W_C, W_C, W_QKV, W_Q, W_C, W_C, W_C, W_FFN2, W_FFN, W_C, W_QKV };
 static const dt_op_spec ops_qwen3[] = {
-    { DT_OP_NORM, DT_V_IN, -1, LN1, LN1W, 1, -1, DT_LAYERS_ALL },
-    { DT_OP_LINEAR, LN1, -1, QKV, QW, 3, -1, DT_LAYERS_ALL },
+    LLAMA_QKV_OPS(-1),
     { DT_OP_HEADNORM, QKV, -1, QKVN, QNW, 2, -1, DT_LAYERS_ALL },
-    { DT_OP_ATTENTION, QKVN, -1, ATTY, -1, 0, -1, DT_LAYERS_ALL },
-    { DT_OP_LINEAR, ATTY, -1, ATTPROJ, OW, 1, -1, DT_LAYERS_ALL },
-    { DT_OP_ADD, DT_V_IN, ATTPROJ, RES2, -1, 0, -1, DT_LAYERS_ALL },
-    { DT_OP_NORM, RES2, -1, LN2, LN2W, 1, -1, DT_LAYERS_ALL },
-    { DT_OP_LINEAR, LN2, -1, GATEUP, GATEW, 2, -1, DT_LAYERS_ALL },
-    { DT_OP_SWIGLU, GATEUP, -1, ACT, -1, 0, -1, DT_LAYERS_ALL },
-    { DT_OP_LINEAR, ACT, -1, DOWN, DOWNW, 1, -1, DT_LAYERS_ALL },
-    { DT_OP_ADD, RES2, DOWN, DT_V_OUT, -1, 0, -1, DT_LAYERS_ALL },
+    LLAMA_ATTENDING_OPS(QKVN),
+    LLAMA_MLP_OPS,
 };
 
 const dt_family dt_family_qwen3 = {

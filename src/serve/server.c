@@ -144,7 +144,7 @@ dt_status dt_serve_run(const dt_serve_options *o) {
         int T = dt_gpt2_get_config(m)->max_seq_len, ctx = o->context > 0 ? o->context : T < DT_SERVE_CONTEXT ? T : DT_SERVE_CONTEXT;
         if ((st = dt_decoder_create_taking(m, o->quant, o->slots, o->budget, ctx, &d)) == DT_ERR_NOMEM)
             st = dt_error(st, "serve: %s (--context N: fewer positions a slot; --slots N: fewer slots)", dt_last_error());
-        else if (!st && ctx < T)
+        else if (!st && ctx < T && (!tp || dt_comm_rank(o->comm) == 0)) /* (the serving rank says it) */
             printf("dtrain serve: a request holds %d positions (--context N: up to the model's %d)\n", ctx, T);
     }
     serve_vocab v = { 0 };
