@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Reference fixtures for dtrain's mixture of experts, computed by transformers' MixtralForCausalLM and
-Qwen2MoeForCausalLM (the oracles).
+"""Reference fixtures for dtrain's mixture of experts, computed by transformers' MixtralForCausalLM,
+Qwen2MoeForCausalLM and Qwen3MoeForCausalLM (the oracles).
 
 A tiny random model of each (E experts, top K, router_aux_loss_coef AUX with output_router_logits, so that the loss
 is Hugging Face's cross-entropy plus AUX times load_balancing_loss_func; Qwen 2 MoE's with its shared expert and
-weights not renormalised) is saved as a Hugging Face folder, tests/fixtures/moe/<name>/ (config.json,
+weights not renormalised; Qwen 3 MoE's with its head norms and a dense layer) is saved as a Hugging Face folder, tests/fixtures/moe/<name>/ (config.json,
 model.safetensors: save_pretrained's names, one tensor an expert), and tests/fixtures/moe/<name>.safetensors holds:
   "inputs", "targets"      int32 [B, T],
   "logits"                 f32 [B, T, V] (eager attention, f32),
@@ -25,7 +25,8 @@ import os
 
 import torch
 from safetensors.torch import save_file
-from transformers import MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM
+from transformers import (MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM)
 
 B, T, STEPS = 2, 16, 10
 E, K, AUX = 4, 2, 0.02
@@ -50,6 +51,13 @@ MODELS = {
                                                           mlp_only_layers=[0], **dict(COMMON, num_hidden_layers=4)),
                             model=Qwen2MoeForCausalLM, rename=None, parts=("gate_proj", "up_proj", "down_proj"),
                             ffn="moe_intermediate_size", seed=5),
+    # Qwen 3's mixture: each head's queries and keys RMS-normed, heads of 16 wider than hidden / heads (8), weights
+    # renormalised over the K; layer 0 dense (mlp_only_layers), layers 1 and 2 sparse
+    "qwen3_moe": dict(config=lambda: Qwen3MoeConfig(intermediate_size=40, moe_intermediate_size=20, num_experts=E, norm_topk_prob=True,
+                                                    decoder_sparse_step=1, mlp_only_layers=[0], head_dim=16, rope_theta=1e6,
+                                                    **dict(COMMON, num_hidden_layers=3)),
+                      model=Qwen3MoeForCausalLM, rename=None, parts=("gate_proj", "up_proj", "down_proj"), ffn="moe_intermediate_size",
+                      seed=6),
 }
 
 
@@ -82,11 +90,13 @@ def make(out_dir, name, spec):
     torch.manual_seed(spec["seed"])
     cfg = spec["config"]()
     model = spec["model"](cfg).float()
-    if name.startswith("qwen2_moe"):  # its q/k/v biases start at zero: drawn, so that reading them shows
+    if name.startswith("qwen"):  # q/k/v biases start at zero, head norms at one: drawn, so that reading them shows
         with torch.no_grad():
             for n, p in model.named_parameters():
                 if n.endswith("_proj.bias"):
                     p.copy_(0.2 * torch.randn_like(p))
+                elif n.endswith("_norm.weight") and ".self_attn." in n:
+                    p.copy_(1 + 0.2 * torch.randn_like(p))
     model.save_pretrained(os.path.join(out_dir, name))
     for extra in ("generation_config.json",):
         path = os.path.join(out_dir, name, extra)
@@ -213,7 +223,7 @@ def make_sigmoid_router(out_dir):
 
 
 def main():
-    """Every fixture, or those named on the command line (mixtral, qwen2_moe, qwen2_moe_dense, sigmoid_router)."""
+    """Every fixture, or those named on the command line (mixtral, qwen2_moe, qwen2_moe_dense, qwen3_moe, sigmoid_router)."""
     import sys
     out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "moe")
     os.makedirs(out_dir, exist_ok=True)

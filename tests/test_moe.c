@@ -760,6 +760,7 @@ int main(int argc, char **argv) {
     check_fixture(dir, "mixtral");
     check_fixture(dir, "qwen2_moe");
     check_fixture(dir, "qwen2_moe_dense"); /* dense layers among the mixtures (mlp_only_layers, decoder_sparse_step) */
+    check_fixture(dir, "qwen3_moe"); /* each head's queries and keys normed, heads wider than C / heads, layer 0 dense */
     check_stage_from_mixture(dir);
     check_sigmoid(dir);
     check_capacity(dir);

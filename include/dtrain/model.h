@@ -81,6 +81,8 @@ int dt_family_index(const dt_family *f);
 const char *dt_family_hf_arch(const dt_family *f, const char **why);
 const dt_family *dt_family_find_hf_arch(const char *arch);
 void dt_family_hf_archs(char *buf, size_t n);
+/* Every family's name, comma-separated, into buf of n bytes. */
+void dt_family_names(char *buf, size_t n);
 /* llama.cpp's architecture for the family ("gpt2", "llama", "qwen2"), and whether a GGUF reorders q and k rows (its
  * rope turns adjacent channel pairs where Hugging Face's turns halves). */
 const char *dt_family_gguf_arch(const dt_family *f);

@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 /* Presets: GPT-2's (the gpt2 family) and Llama shapes; dt_gpt2_preset is this. */
-#define DT_LM_PRESETS "d6, 124M, 350M, 774M, 1558M, llama-tiny, smollm-135m, llama3.2-1b, qwen3-tiny, qwen3-0.6b, mixtral-tiny"
+#define DT_LM_PRESETS "d6, 124M, 350M, 774M, 1558M, llama-tiny, smollm-135m, llama3.2-1b, qwen3-tiny, qwen3-0.6b, mixtral-tiny, qwen3-moe-tiny"
 dt_status dt_lm_preset(const char *name, dt_lm_config *out);
 /* Checks a config (its defaults resolved): positive sizes, K/V heads dividing the heads, an even head for rotary
  * positions. */

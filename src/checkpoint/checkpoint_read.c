@@ -349,8 +349,11 @@ dt_status dt_ckpt_manifest_shape(const cJSON *j, const char *mpath, dt_gpt2_conf
                     &g->routed_scale, &g->bias_rate, &g->capacity_factor };
     const char *kind = dt_ckpt_string(j, "model", "kind");
     g->family = kind ? dt_family_find(kind) : NULL;
-    if (!g->family)
-        return dt_error(DT_ERR_IO, "%s: model.kind is '%s', not a language model family (gpt2, llama, qwen2, mixtral, qwen2_moe)", mpath, kind ? kind : "(missing)");
+    if (!g->family) {
+        char names[256];
+        dt_family_names(names, sizeof names);
+        return dt_error(DT_ERR_IO, "%s: model.kind is '%s', not a language model family (%s)", mpath, kind ? kind : "(missing)", names);
+    }
     bool moe = dt_family_moe(g->family);
     int n = strcmp(kind, "gpt2") ? moe ? 19 : 11 : 6; /* GPT-2's manifests hold its six sizes; a mixture of experts', eight more */
     for (int i = 0; i < n; i++) {

@@ -91,15 +91,18 @@ static int first_layers(const cJSON *list, int L) {
     return n;
 }
 
-/* Qwen 2 MoE's: its experts' widths (moe_intermediate_size, the shared expert's), its weights not renormalised unless
- * norm_topk_prob; its dense layers (intermediate_size wide): those not a multiple of decoder_sparse_step (counting from
- * 1) and mlp_only_layers (the first K only, in this build); q, k and v with biases. */
-static dt_status qwen_moe_of(const cJSON *j, const char *path, dt_lm_config *c) {
+/* Qwen 2 MoE's and Qwen 3 MoE's: their experts' widths (moe_intermediate_size; Qwen 2's shared expert's), their weights
+ * not renormalised unless norm_topk_prob; their dense layers (intermediate_size wide): those not a multiple of
+ * decoder_sparse_step (counting from 1) and mlp_only_layers (the first K only, in this build); Qwen 2's q, k and v with
+ * biases. */
+static dt_status qwen_moe_of(const cJSON *j, const char *path, bool shared, dt_lm_config *c) {
     dt_status st;
     int step = 1, dense_w = c->ffn;
     const cJSON *dense = cJSON_GetObjectItemCaseSensitive(j, "mlp_only_layers"), *bias = cJSON_GetObjectItemCaseSensitive(j, "qkv_bias");
-    if ((st = get_int(j, "num_experts", -1, 1, 4096, path, &c->experts)) || (st = get_int(j, "moe_intermediate_size", -1, 1, 1 << 22, path, &c->ffn)) ||
-        (st = get_int(j, "shared_expert_intermediate_size", -1, 1, 1 << 22, path, &c->shared_ffn)) ||
+    /* (transformers 5 saves Qwen 3 MoE's count as Mixtral's num_local_experts; the hub's files say num_experts) */
+    const char *count = !shared && !cJSON_GetObjectItemCaseSensitive(j, "num_experts") ? "num_local_experts" : "num_experts";
+    if ((st = get_int(j, count, -1, 1, 4096, path, &c->experts)) || (st = get_int(j, "moe_intermediate_size", -1, 1, 1 << 22, path, &c->ffn)) ||
+        (shared && (st = get_int(j, "shared_expert_intermediate_size", -1, 1, 1 << 22, path, &c->shared_ffn))) ||
         (st = get_int(j, "decoder_sparse_step", 1, 1, 4096, path, &step)))
         return st;
     int first = dense && !cJSON_IsNull(dense) ? cJSON_IsArray(dense) ? first_layers(dense, c->num_layers) : -1 : 0;
@@ -108,17 +111,20 @@ static dt_status qwen_moe_of(const cJSON *j, const char *path, dt_lm_config *c) 
                         "num_hidden_layers %d): this build places dense layers first and between every decoder_sparse_step-th", path,
                         c->num_layers);
     c->moe_every = step, c->first_dense = first, c->dense_ffn = dense_w;
-    if (bias && !cJSON_IsTrue(bias)) return dt_error(DT_ERR_UNSUPPORTED, "%s: \"qkv_bias\": false is not Qwen 2 MoE as this build runs it", path);
+    if (!shared && cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "use_qk_norm")))
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: \"use_qk_norm\": false is not Qwen 3 MoE as this build runs it (each head's queries "
+                        "and keys normed)", path);
+    if (shared && bias && !cJSON_IsTrue(bias)) return dt_error(DT_ERR_UNSUPPORTED, "%s: \"qkv_bias\": false is not Qwen 2 MoE as this build runs it", path);
     c->norm_topk = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "norm_topk_prob"));
     return DT_OK;
 }
 
-/* Mixtral's experts (Qwen 2 MoE's: above): how many, how many a token, and the balancing loss as their CausalLM adds
- * it (only with output_router_logits). */
+/* Mixtral's experts (Qwen's: above): how many, how many a token, and the balancing loss as their CausalLM adds it (only
+ * with output_router_logits). */
 static dt_status moe_of(const cJSON *j, const char *path, dt_lm_config *c) {
     dt_status st;
-    bool qwen = c->family == dt_family_find("qwen2_moe");
-    if ((st = qwen ? qwen_moe_of(j, path, c) : get_int(j, "num_local_experts", -1, 1, 4096, path, &c->experts)) ||
+    bool qwen2 = c->family == dt_family_find("qwen2_moe"), qwen = qwen2 || c->family == dt_family_find("qwen3_moe");
+    if ((st = qwen ? qwen_moe_of(j, path, qwen2, c) : get_int(j, "num_local_experts", -1, 1, 4096, path, &c->experts)) ||
         (st = get_int(j, "num_experts_per_tok", 2, 1, 32, path, &c->experts_top_k)))
         return st;
     if (!qwen) c->norm_topk = 1;
@@ -159,7 +165,7 @@ dt_status dt_lm_config_from_hf(const char *json, const char *path, dt_lm_config 
     out->family = dt_family_find(t);
     if (!out->family) {
         const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
-        st = dt_error(DT_ERR_UNSUPPORTED, "%s: \"model_type\" \"%s\" (architecture %s) is not a family dtrain knows (gpt2, llama, qwen2, qwen3, mixtral, qwen2_moe)", path, t,
+        st = dt_error(DT_ERR_UNSUPPORTED, "%s: \"model_type\" \"%s\" (architecture %s) is not a family dtrain knows (gpt2, llama, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe)", path, t,
                       cJSON_IsString(a0) ? a0->valuestring : "not given");
     } else {
         st = strcmp(t, "gpt2") ? llama_like(j, path, out) : gpt2_like(j, path, out);

@@ -15,18 +15,18 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* A mixture of experts' fields: Qwen 2 MoE's (its dense layers: the first first_dense, and those between every
- * moe_every-th; q/k/v with biases, the shared expert) or Mixtral's. */
-static void moe_config(cJSON *j, const dt_lm_config *c, bool qwen) {
+/* A mixture of experts' fields: Qwen 2 MoE's and Qwen 3 MoE's (their dense layers: the first first_dense, and those
+ * between every moe_every-th; Qwen 2's q/k/v with biases and its shared expert) or Mixtral's. */
+static void moe_config(cJSON *j, const dt_lm_config *c, bool qwen, bool qwen2) {
     if (qwen) {
         cJSON_AddNumberToObject(j, "num_experts", c->experts);
         cJSON_AddNumberToObject(j, "moe_intermediate_size", c->ffn);
-        cJSON_AddNumberToObject(j, "shared_expert_intermediate_size", c->shared_ffn);
+        if (qwen2) cJSON_AddNumberToObject(j, "shared_expert_intermediate_size", c->shared_ffn);
         cJSON_AddBoolToObject(j, "norm_topk_prob", c->norm_topk);
         cJSON_AddNumberToObject(j, "decoder_sparse_step", c->moe_every);
         cJSON *dense = cJSON_AddArrayToObject(j, "mlp_only_layers");
         for (int l = 0; l < c->first_dense && l < c->num_layers; l++) cJSON_AddItemToArray(dense, cJSON_CreateNumber(l));
-        cJSON_AddBoolToObject(j, "qkv_bias", 1);
+        if (qwen2) cJSON_AddBoolToObject(j, "qkv_bias", 1);
     } else {
         cJSON_AddNumberToObject(j, "num_local_experts", c->experts);
         cJSON_AddNullToObject(j, "sliding_window");
@@ -36,15 +36,15 @@ static void moe_config(cJSON *j, const dt_lm_config *c, bool qwen) {
     cJSON_AddNumberToObject(j, "router_aux_loss_coef", c->aux_coef > 0 ? dt_f32_decimal(c->aux_coef) : 0.001);
 }
 
-/* LlamaConfig's (Qwen2Config's, Qwen3Config's, MixtralConfig's, Qwen2MoeConfig's) fields: what transformers needs to build the same model. */
+/* LlamaConfig's (Qwen2Config's, Qwen3Config's, MixtralConfig's, Qwen2MoeConfig's, Qwen3MoeConfig's) fields: what transformers needs to build the same model. */
 static cJSON *llama_config(const dt_gpt2_config *given) {
     dt_lm_config c = dt_lm_config_resolve(given);
-    bool qmoe = c.family == dt_family_find("qwen2_moe"), moe = c.experts > 0;
+    bool q2moe = c.family == dt_family_find("qwen2_moe"), q3moe = c.family == dt_family_find("qwen3_moe"), moe = c.experts > 0;
     cJSON *j = cJSON_CreateObject();
     const char *arch[1] = { dt_family_hf_arch(c.family, NULL) }; /* (the caller saw that it has one) */
     cJSON_AddItemToObject(j, "architectures", cJSON_CreateStringArray(arch, 1));
     cJSON_AddStringToObject(j, "model_type", dt_family_name(c.family));
-    if (moe) moe_config(j, &c, qmoe);
+    if (moe) moe_config(j, &c, q2moe || q3moe, q2moe);
     cJSON_AddNumberToObject(j, "vocab_size", c.vocab_size);
     cJSON_AddNumberToObject(j, "hidden_size", c.channels);
     cJSON_AddNumberToObject(j, "intermediate_size", c.dense_ffn ? c.dense_ffn : c.ffn); /* (Qwen 2 MoE's dense layers') */
@@ -65,7 +65,7 @@ static cJSON *llama_config(const dt_gpt2_config *given) {
     }
     cJSON_AddBoolToObject(j, "tie_word_embeddings", !c.untied);
     cJSON_AddStringToObject(j, "hidden_act", "silu");
-    if (c.family == dt_family_find("llama") || c.family == dt_family_find("qwen3")) { /* (Qwen 2 has q/k/v biases; a mixture has no such fields) */
+    if (c.family == dt_family_find("llama") || c.family == dt_family_find("qwen3") || q3moe) { /* (Qwen 2 has q/k/v biases; the other mixtures have no such fields) */
         cJSON_AddBoolToObject(j, "attention_bias", 0);
         if (c.family == dt_family_find("llama")) cJSON_AddBoolToObject(j, "mlp_bias", 0);
     }
@@ -114,9 +114,9 @@ dt_status dt_hf_folder_save(const char *dir, dt_gpt2 *m) {
         return dt_error(DT_ERR_UNSUPPORTED, "%s: DeepSeek-V3's sigmoid router with its bias has no Mixtral or Qwen 2 MoE folder in "
                         "transformers (its attention is MLA); dtrain's checkpoint keeps it", dir);
     dt_lm_config r = dt_lm_config_resolve(dt_gpt2_get_config(m));
-    if (r.dense_ffn && r.family != dt_family_find("qwen2_moe"))
+    if (r.dense_ffn && r.family != dt_family_find("qwen2_moe") && r.family != dt_family_find("qwen3_moe"))
         return dt_error(DT_ERR_UNSUPPORTED, "%s: %s's dense layers among its mixtures (%d of %d layers dense) have no place in its "
-                        "Hugging Face config (Qwen 2 MoE's has: decoder_sparse_step, mlp_only_layers); dtrain's checkpoint keeps it",
+                        "Hugging Face config (Qwen's MoE has: decoder_sparse_step, mlp_only_layers); dtrain's checkpoint keeps it",
                         dir, dt_family_name(r.family), r.num_layers - dt_lm_moe_layers(&r), r.num_layers);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return dt_error(DT_ERR_IO, "%s: cannot create the folder: %s", dir, strerror(errno));
     char path[4200];

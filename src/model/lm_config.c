@@ -1,6 +1,6 @@
 /* The model program's presets: GPT-2's sizes (the gpt2 family), and Llama shapes (a tiny one for tests,
  * SmolLM-135M's and Llama 3.2 1B's, as their config.json files give them), Qwen 3's (a tiny one, and 0.6B's), and a
- * tiny Mixtral for tests. */
+ * tiny Mixtral and a tiny Qwen 3 MoE for tests. */
 #include "dtrain/program.h"
 
 #include <string.h>
@@ -29,6 +29,10 @@ dt_status dt_lm_preset(const char *name, dt_lm_config *out) {
     } else if (!strcmp(name, "qwen3-tiny")) { /* llama-tiny's sizes (untied), Qwen 3's block, heads wider than C / heads */
         *out = llama(512, 256, 4, 8, 2, 128, 344, 1000000, false);
         out->family = dt_family_find("qwen3"), out->head_dim = 32, out->norm_eps = 1e-6f;
+    } else if (!strcmp(name, "qwen3-moe-tiny")) { /* qwen3-tiny's attention, mixtral-tiny's 8 experts of 172, 2 a token */
+        *out = llama(512, 256, 4, 8, 2, 128, 172, 1000000, false);
+        out->family = dt_family_find("qwen3_moe"), out->head_dim = 32, out->norm_eps = 1e-6f;
+        out->experts = 8, out->experts_top_k = 2, out->norm_topk = 1;
     } else if (!strcmp(name, "qwen3-0.6b")) {
         *out = llama(151936, 40960, 28, 16, 8, 1024, 3072, 1000000, true);
         out->family = dt_family_find("qwen3"), out->head_dim = 128, out->norm_eps = 1e-6f;

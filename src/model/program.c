@@ -84,7 +84,8 @@ static int local_width(const dt_program *p, dt_width w) {
 }
 
 static const dt_family *const families[] = { &dt_family_gpt2, &dt_family_llama, &dt_family_qwen2, &dt_family_mixtral, &dt_family_qwen2_moe,
-                                             &dt_family_deepseek_moe, &dt_family_gpt2_moe, &dt_family_qwen3 };
+                                             &dt_family_deepseek_moe, &dt_family_gpt2_moe, &dt_family_qwen3,
+                                             &dt_family_qwen3_moe };
 enum { NFAMILIES = sizeof families / sizeof *families };
 
 const dt_family *dt_family_find(const char *name) {
@@ -118,6 +119,11 @@ void dt_family_hf_archs(char *buf, size_t n) {
     for (int i = 0; i < NFAMILIES && at < n; i++)
         if (families[i]->hf_arch)
             at += (size_t)snprintf(buf + at, n - at, "%s%s (%s)", at ? ", " : "", families[i]->name, families[i]->hf_arch);
+}
+void dt_family_names(char *buf, size_t n) {
+    size_t at = 0;
+    if (n) buf[0] = 0;
+    for (int i = 0; i < NFAMILIES && at < n; i++) at += (size_t)snprintf(buf + at, n - at, "%s%s", at ? ", " : "", families[i]->name);
 }
 const char *dt_family_gguf_arch(const dt_family *f) { return f ? f->gguf_arch : "gpt2"; }
 int dt_family_gguf_pairs(const dt_family *f) { return f ? f->gguf_pairs : 0; }

@@ -70,7 +70,7 @@ typedef struct {
     float *params, *grads, *own_params, *own_grads;
 } program_lora;
 
-extern const dt_family dt_family_gpt2, dt_family_llama, dt_family_qwen2, dt_family_qwen3, dt_family_mixtral, dt_family_qwen2_moe, dt_family_deepseek_moe,
+extern const dt_family dt_family_gpt2, dt_family_llama, dt_family_qwen2, dt_family_qwen3, dt_family_mixtral, dt_family_qwen2_moe, dt_family_qwen3_moe, dt_family_deepseek_moe,
     dt_family_gpt2_moe;
 
 

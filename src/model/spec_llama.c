@@ -1,5 +1,5 @@
 /* Llama as a spec (and Qwen 2, which adds biases to q, k and v; Qwen 3, which norms each head's queries and keys;
- * Mixtral, whose MLP is a mixture of experts):
+ * Mixtral, whose MLP is a mixture of experts; Qwen 2's and Qwen 3's mixtures):
  * RMSNorm before attention and before the MLP, q, k and v as three Linears side by side (K/V heads may be fewer than
  * the heads), rotary positions, a SwiGLU MLP (gate and up side by side, then down), no other biases; the head tied
  * or its own (lm_head). Names as Hugging Face's LlamaForCausalLM (MixtralForCausalLM's files: an expert's w1, w3
@@ -194,6 +194,33 @@ const dt_family dt_family_deepseek_moe = {
     .hf_none = "DeepSeek's mixture (ungated shared experts) has no Hugging Face folder with Llama's attention (transformers' "
                "DeepseekV3 is MLA)",
     .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
+};
+
+/* Qwen 3's MoE: Qwen 3's attention (each head's queries and keys normed), a router and E SwiGLU experts (Qwen 2 MoE's
+ * names), no shared expert */
+enum { WDGATEW = LN2W + 1, WDUPW, WDDOWNW, WROUTERW, WEGATEW, WEUPW, WEDOWNW, WQNW, WKNW };
+static const dt_tensor_spec block_qwen3_moe[] = {
+    LLAMA_ATTENTION,
+    DENSE_MLP(WDGATEW, WDUPW, WDDOWNW),
+    MLP_EXPERTS(WROUTERW, WEGATEW, WEUPW, WEDOWNW),
+    [WQNW] = { "qnw", "model.layers.%d.self_attn.q_norm.weight", W_HD, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, NULL, W_NONE, DT_LAYERS_ALL },
+    [WKNW] = { "knw", "model.layers.%d.self_attn.k_norm.weight", W_HD, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, NULL, W_NONE, DT_LAYERS_ALL },
+};
+/* a mixture's values, then q|k|v with q and k normed */
+enum { QKVN_MOE = NVALUES_MOE, NVALUES_QWEN3_MOE };
+static const dt_width values_qwen3_moe[NVALUES_QWEN3_MOE] = { W_C, W_C, W_C, W_QKV, W_Q, W_C, W_C, W_C, W_C, W_DFFN2, W_DFFN, W_QKV };
+static const dt_op_spec ops_qwen3_moe[] = {
+    LLAMA_QKV_OPS(-1),
+    { DT_OP_HEADNORM, QKV, -1, QKVN_MOE, WQNW, 2, -1, DT_LAYERS_ALL },
+    LLAMA_ATTENDING_OPS(QKVN_MOE),
+    MIXTURE_OPS(WDGATEW, WDDOWNW, WROUTERW, 4),
+};
+
+const dt_family dt_family_qwen3_moe = {
+    .name = "qwen3_moe", .rms = 1, .rotary = 1,
+    .embed = embed, .nembed = 1, .block = block_qwen3_moe, .nblock = WKNW + 1, .final = final, .nfinal = 2,
+    .ops = ops_qwen3_moe, .nops = sizeof ops_qwen3_moe / sizeof *ops_qwen3_moe, .values = values_qwen3_moe,
+    .nvalues = NVALUES_QWEN3_MOE, .hf_arch = "Qwen3MoeForCausalLM", .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
 };
 
 const dt_family dt_family_mixtral = {

@@ -24,7 +24,9 @@ typedef struct {
  * experts of 2048 and one shared, top-8 within 4 of 8 groups, sigmoid scores scaled by 2.5, vocabulary 129280, 4096
  * positions in pre-training): its 61 layers, the first 3 with a dense SwiGLU MLP of 18432 (first_k_dense_replace), 58 of
  * mixtures; its multi-head latent attention as 128 heads of 128 with 16 K/V heads (264M a layer against MLA's 187M: 4.7B
- * more over the 61 layers, 0.7% of the whole); no multi-token prediction. */
+ * more over the 61 layers, 0.7% of the whole); no multi-token prediction. Qwen3-30B-A3B (its config.json: 48 layers,
+ * 2048 wide, 32 heads of 128 with 4 K/V heads, 128 experts of 768, top-8 renormalised, vocabulary 151936 untied, 40960
+ * positions, rotary base 1e6). */
 static const preset presets[] = {
     { "llama3.1-8b", "llama", { .max_seq_len = 131072, .vocab_size = 128256, .padded_vocab_size = 128256, .num_layers = 32, .num_heads = 32,
                                 .channels = 4096, .kv_heads = 8, .ffn = 14336, .rope_theta = 500000, .untied = 1 } },
@@ -39,9 +41,12 @@ static const preset presets[] = {
                                     .experts = 256, .experts_top_k = 8, .norm_topk = 1, .shared_ffn = 2048, .router = DT_ROUTER_SIGMOID_BIAS,
                                     .expert_groups = 8, .group_top_k = 4, .routed_scale = 2.5f, .bias_rate = 0.001f, .first_dense = 3,
                                     .dense_ffn = 18432 } },
+    { "qwen3-30b-a3b", "qwen3_moe", { .max_seq_len = 40960, .vocab_size = 151936, .padded_vocab_size = 151936, .num_layers = 48, .num_heads = 32,
+                                     .channels = 2048, .kv_heads = 4, .head_dim = 128, .ffn = 768, .rope_theta = 1e6, .norm_eps = 1e-6f,
+                                     .untied = 1, .experts = 128, .experts_top_k = 8, .norm_topk = 1 } },
 };
 
-const char *dt_plan_model_names(void) { return DT_LM_PRESETS ", llama3.1-8b, llama3.1-70b, gpt3-175b, mixtral-8x7b, deepseek-v3"; }
+const char *dt_plan_model_names(void) { return DT_LM_PRESETS ", llama3.1-8b, llama3.1-70b, gpt3-175b, mixtral-8x7b, deepseek-v3, qwen3-30b-a3b"; }
 
 dt_status dt_plan_model_preset(const char *name, dt_gpt2_config *c) {
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)

@@ -24,8 +24,8 @@ static dt_status take_router(const dt_train_config *c, bool from_file, dt_gpt2_c
     return DT_OK;
 }
 
-/* --experts, --experts-top-k, --moe-aux-loss: a GPT-2's MLP made a mixture of GELU experts, a Llama's Mixtral's mixture;
- * a file's experts stay its own. */
+/* --experts, --experts-top-k, --moe-aux-loss: a GPT-2's MLP made a mixture of GELU experts, a Llama's Mixtral's mixture,
+ * a Qwen 3's Qwen 3 MoE's; a file's experts stay its own. */
 dt_status dt_train_take_experts(const dt_train_config *c, bool from_file, dt_gpt2_config *cfg) {
     const dt_gpt2_config *o = &c->shape;
     if (o->experts && from_file && o->experts != cfg->experts)
@@ -33,10 +33,11 @@ dt_status dt_train_take_experts(const dt_train_config *c, bool from_file, dt_gpt
     /* (a resumed run's shape names its family: its mixture is its own, taken whole by model_config) */
     if (o->experts && !from_file && !cfg->experts && !o->family) {
         bool gpt2 = !cfg->family || cfg->family == dt_family_find("gpt2");
-        if (!gpt2 && cfg->family != dt_family_find("llama"))
-            return dt_error(DT_ERR_ARG, "--experts %d: a mixture of experts replaces a GPT-2's MLP (GELU experts) or a Llama's (Mixtral's "
-                            "SwiGLU experts), not %s's (%s)", o->experts, c->model, dt_family_name(cfg->family));
-        cfg->family = dt_family_find(gpt2 ? "gpt2_moe" : "mixtral"), cfg->norm_topk = 1;
+        bool qwen3 = cfg->family == dt_family_find("qwen3");
+        if (!gpt2 && !qwen3 && cfg->family != dt_family_find("llama"))
+            return dt_error(DT_ERR_ARG, "--experts %d: a mixture of experts replaces a GPT-2's MLP (GELU experts), a Llama's (Mixtral's "
+                            "SwiGLU experts) or a Qwen 3's (Qwen 3 MoE's), not %s's (%s)", o->experts, c->model, dt_family_name(cfg->family));
+        cfg->family = dt_family_find(gpt2 ? "gpt2_moe" : qwen3 ? "qwen3_moe" : "mixtral"), cfg->norm_topk = 1;
     }
     if (o->experts) cfg->experts = o->experts;
     if (c->shared_experts && (from_file || !cfg->experts || cfg->family != dt_family_find("mixtral")))
