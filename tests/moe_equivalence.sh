@@ -15,7 +15,7 @@
 # process's; TP 2 with and without SP (the mixture whole on each rank) give one process's. What this build does not
 # do is refused naming why.
 # Qwen 2 MoE's folder from the fixtures (its balancing loss at its router_aux_loss_coef, 0.02) trains alike under DDP 2
-# and PP 2, and exports. GPT-2 with GELU experts
+# and PP 2, and exports; Qwen 3 MoE's under DDP 2, EP 2, PP 2 and TP 2 with SP, and exports and decodes. GPT-2 with GELU experts
 # (gpt2_moe) under DDP 2, ZeRO-3, PP 2, TP 2 with SP, EP 2 and DP 2 x EP 2, and its decoder.
 # usage: moe_equivalence.sh DTRAIN FIXTURES
 set -u
@@ -186,6 +186,30 @@ if "$DTRAIN" train "${q[@]}" --batch 4 --steps 5 --save "$dir/qck" > /dev/null 2
 else
     failed=$((failed + 1)); echo "FAIL Qwen 2 MoE save or export"
 fi
+# Qwen 3 MoE's folder (each head's queries and keys normed, heads of 16 wider than C / heads, layer 0 dense, weights
+# renormalised, no shared expert): DDP 2, EP 2 and PP 2 give one process's losses, TP 2 with SP too (the head norms'
+# weights summed over the group); its checkpoint exports as Qwen 3 MoE's folder and decodes as its training forward does
+q3=(--model "$FIX/moe/qwen3_moe" --data "$dir/digits.bin" --seq 16 --steps 20 --lr 1e-3 --threads 1 --quiet)
+q3run() { local name=$1; shift; "$DTRAIN" train "${q3[@]}" "$@" --metrics "$dir/$name.jsonl" > "$dir/$name.out" 2>&1 ||
+    { failed=$((failed + 1)); echo "FAIL $name: $*"; tail -3 "$dir/$name.out"; return 1; }; }
+q3run q3ref --batch 4 && q3run q3ref2 --batch 2 --grad-accum 2
+for l in "ddp:--batch 2 --nproc 2" "ep:--batch 2 --nproc 2 --ep 2" "pp:--batch 2 --grad-accum 2 --nproc 2 --pp 2"; do
+    q3run "q3${l%%:*}" ${l#*:} && close "Qwen 3 MoE's folder: ${l#*:}" "$dir/q3ref2.jsonl" "$dir/q3${l%%:*}.jsonl"
+done
+q3run q3tpsp --batch 4 --nproc 2 --tp 2 --sp && close "Qwen 3 MoE's folder: TP 2 with SP" "$dir/q3ref.jsonl" "$dir/q3tpsp.jsonl"
+if "$DTRAIN" train "${q3[@]}" --batch 4 --steps 5 --save "$dir/q3ck" > /dev/null 2>&1 && "$DTRAIN" ckpt export "$dir/q3ck" "$dir/q3hf" > /dev/null 2>&1; then
+    a=$(qev "$dir/q3ck") b=$(qev "$dir/q3hf")
+    grep -q '"model_type":[[:space:]]*"qwen3_moe"' "$dir/q3hf/config.json" && [ -n "$a" ] && [ "$a" = "$b" ] && ok=1 || ok=0
+    verdict $ok "Qwen 3 MoE: ckpt export writes its folder, which reads back: $b (the checkpoint: $a)"
+    a=$("$DTRAIN" generate --model "$dir/q3hf" --ids --prompt 1,2,3 --tokens 12 2>&1) b=$("$DTRAIN" generate --model "$dir/q3hf" --ids --prompt 1,2,3 --tokens 12 --no-cache 2>&1)
+    [ -n "$a" ] && [ "$a" = "$b" ] && [ "$(echo "$a" | wc -w)" = 13 ] && ok=1 || ok=0
+    verdict $ok "generate on Qwen 3 MoE's folder: the cached decoder's 12 greedy tokens are the training forward's ($a)"
+else
+    failed=$((failed + 1)); echo "FAIL Qwen 3 MoE save or export"
+fi
+"$DTRAIN" train --model qwen3-tiny --experts 4 --data "$dir/train.bin" --vocab 256 --layers 2 --seq 32 --batch 2 --steps 1 --threads 1 2>&1 |
+    grep -q "(qwen3_moe)" && ok=1 || ok=0
+verdict $ok "--experts on a Qwen 3 makes the qwen3_moe family"
 # TP 2: attention split over the group, the mixture whole on each rank (its input is the whole stream there; its
 # gradients, and its balancing loss, the same on each). The row-parallel sums round apart from one process's, so a
 # top-2 choice may flip (measured 1.3e-6, and 6.7e-6 under DP 2 x TP 2): every expert is chosen, as for CP

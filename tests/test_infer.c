@@ -307,16 +307,18 @@ static dt_gpt2 *small_model(int family, int heads, int kv_heads) {
  * 2 groups of which the best 1, scaled by 2, with a trained bias that moves the choice), and with DeepSeek's ungated
  * shared experts (3); with dense layers among the mixtures: Qwen 2 MoE's (4: 4 layers, the first dense, then every
  * second a mixture) and GPT-2's GELU experts (5: 3 layers, the middle one a mixture, the others GPT-2's MLP with its
- * biases). heads and K/V heads as small_model's (12 channels a head: a tensor-parallel part splits them); top-k
+ * biases), and Qwen 3 MoE's (6: each head's queries and keys normed, heads of 16 wider than 12, layer 0 dense). heads
+ * and K/V heads as small_model's (12 channels a head: a tensor-parallel part splits them); top-k
  * (every expert, 4, where a tensor-parallel part's sums, rounded apart from one process's, could flip a choice). */
 static dt_gpt2 *moe_model(int kind, int heads, int kv_heads, int top_k) {
     dt_gpt2_config c = { .max_seq_len = 40, .vocab_size = 67, .padded_vocab_size = 72, .num_layers = 2, .num_heads = heads,
                          .channels = 12 * heads, .kv_heads = kv_heads, .ffn = 24, .untied = 1, .experts = 4, .experts_top_k = top_k,
                          .norm_topk = kind != 1 && kind != 4 };
-    c.family = dt_family_find(kind == 1 || kind == 4 ? "qwen2_moe" : kind == 3 ? "deepseek_moe" : kind == 5 ? "gpt2_moe" : "mixtral");
+    c.family = dt_family_find(kind == 1 || kind == 4 ? "qwen2_moe" : kind == 3 ? "deepseek_moe" : kind == 5 ? "gpt2_moe" : kind == 6 ? "qwen3_moe" : "mixtral");
     if (kind == 1 || kind == 3 || kind == 4) c.shared_ffn = 24;
     if (kind == 4) c.num_layers = 4, c.first_dense = 1, c.moe_every = 2, c.dense_ffn = 36;
     if (kind == 5) c.num_layers = 3, c.moe_every = 2, c.dense_ffn = 48, c.kv_heads = heads, c.untied = 0;
+    if (kind == 6) c.num_layers = 3, c.first_dense = 1, c.dense_ffn = 36, c.head_dim = 16;
     if (kind >= 2) c.router = DT_ROUTER_SIGMOID_BIAS, c.expert_groups = 2, c.group_top_k = top_k > 2 ? 2 : 1, c.routed_scale = 2, c.bias_rate = 0.001f;
     dt_gpt2 *m = NULL;
     if (dt_gpt2_create(&c, &m)) return NULL;
@@ -643,12 +645,13 @@ int main(int argc, char **argv) {
     }
     /* a mixture of experts: the training forward's logits, a row's bits whatever else its step routes, in f32 and int8;
      * on several ranks the tensor-parallel part's logits (attention, a shared expert and a dense layer's MLP split; the
-     * routed experts whole on each rank) of those with a shared expert or dense layers */
-    for (int kind = 0; kind < 6; kind++) {
-        if (ranks > 1 && kind != 3 && kind != 4) continue;
+     * routed experts whole on each rank) of those with a shared expert, dense layers or head norms */
+    for (int kind = 0; kind < 7; kind++) {
+        if (ranks > 1 && kind != 3 && kind != 4 && kind != 6) continue;
         static const char *const names[] = { "mixtral", "qwen2_moe (a shared expert)", "mixtral, sigmoid router with its bias",
                                              "deepseek_moe (the sigmoid router, ungated shared experts)",
-                                             "qwen2_moe, layers 0 and 2 dense", "gpt2_moe, layers 0 and 2 GPT-2's MLP" };
+                                             "qwen2_moe, layers 0 and 2 dense", "gpt2_moe, layers 0 and 2 GPT-2's MLP",
+                                             "qwen3_moe (head norms), layer 0 dense" };
         printf("-- %s\n", names[kind]);
         int k = ranks > 1 ? 4 : 2;
         dt_gpt2 *whole = moe_model(kind, heads, kv_heads, k), *whole2 = moe_model(kind, heads, kv_heads, k), *m = whole, *m2 = whole2;

@@ -53,8 +53,8 @@ static cJSON *llama_config(const dt_gpt2_config *given) {
     cJSON_AddNumberToObject(j, "num_key_value_heads", c.kv_heads);
     cJSON_AddNumberToObject(j, "head_dim", c.head_dim);
     cJSON_AddNumberToObject(j, "max_position_embeddings", c.max_seq_len);
-    cJSON_AddNumberToObject(j, "rms_norm_eps", c.norm_eps);
-    cJSON_AddNumberToObject(j, "rope_theta", c.rope_theta);
+    cJSON_AddNumberToObject(j, "rms_norm_eps", dt_f32_decimal(c.norm_eps)); /* (1e-05, not the float's 9.99999974737875e-06) */
+    cJSON_AddNumberToObject(j, "rope_theta", dt_f32_decimal(c.rope_theta));
     if (c.rope_factor > 0) {
         cJSON *r = cJSON_AddObjectToObject(j, "rope_scaling");
         cJSON_AddStringToObject(r, "rope_type", "llama3");
