@@ -8,6 +8,9 @@ Writes tests/fixtures/sft/:
   chat.jsonl             chats ({"messages": ...}): system, user and assistant turns, one and several of each
   completion.jsonl       prompts and completions
   packed.jsonl           prompts and completions of many lengths, for packing
+  qwen3_chat.jsonl       chats for Qwen 3's template (thinking in the content, as reasoning_content, none), and
+  qwen3_chat.safetensors TRL's "ids.<k>" and "labels.<k>" of each (SFTTrainer trains with TRL's training form of it)
+  qwen3_prompts.json     Qwen 3's template (TRL's copy) and the prompts it renders for generation, thinking on and off
   packed.safetensors     packing=True (best-fit decreasing, max_length 64, TRL's padding-free collator): the weights, of
                          one batch of every packed row "loss" and "grad.<name>", and per row "ids.<k>", "labels.<k>",
                          "pos.<k>" (each example's positions from 0); "loss_unpacked": the same examples unpacked
@@ -43,6 +46,28 @@ CHATS = [
     [{"role": "user", "content": "Say yes."}, {"role": "assistant", "content": "Yes."}, {"role": "user", "content": "Again, twice."},
      {"role": "assistant", "content": "Yes, yes."}],
     [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Blue, like the sea."}],
+]
+# Qwen 3's template (TRL's copy of it, trl/chat_templates/qwen3.jinja; SFTTrainer trains with its training form,
+# qwen3_training.jinja): answers without reasoning, with it in the content (with and without newlines around it) and
+# as reasoning_content, across several turns
+QWEN3_CHATS = [
+    [{"role": "user", "content": "Hello there"}, {"role": "assistant", "content": "Hi! How can I help you today?"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"},
+     {"role": "assistant", "content": "<think>\nTwo and two.\n</think>\n\n4."}],
+    [{"role": "user", "content": "Say yes."}, {"role": "assistant", "content": "Yes."}, {"role": "user", "content": "Again, twice."},
+     {"role": "assistant", "content": "Yes, yes.", "reasoning_content": "\nTwice means two.\n"}],
+    [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "<think>the sea</think>Blue, like the sea."}],
+]
+# prompts for generation by the original template (add_generation_prompt), thinking on and off: an earlier answer's
+# reasoning dropped, the last message an answer keeping its block
+QWEN3_PROMPTS = [
+    [{"role": "user", "content": "Hello there"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"},
+     {"role": "assistant", "content": "<think>\nTwo and two.\n</think>\n\n4."}, {"role": "user", "content": "And 3 + 3?"}],
+    [{"role": "user", "content": "Say yes."}, {"role": "assistant", "content": "\nYes.", "reasoning_content": "Easy."}],
+    [{"role": "user", "content": "Say yes."}, {"role": "assistant", "content": "<think>one</think>Yes."},
+     {"role": "assistant", "content": "Yes again."}, {"role": "assistant", "content": "No <think>x</think>\n\nmore."}],
+    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
 ]
 COMPLETIONS = [
     {"prompt": "Question: the capital of France?\nAnswer:", "completion": " Paris."},
@@ -100,6 +125,41 @@ def case(name, rows, tok, folder, out):
     print(f"{name}: {len(rows)} examples, loss {loss.item():.6f}, scored {int((batch['labels'] != -100).sum())} tokens")
 
 
+def qwen3_case(folder, out):
+    """TRL's tokens and labels for QWEN3_CHATS (qwen3_chat.jsonl, qwen3_chat.safetensors: "ids.<k>", "labels.<k>") and the
+    original template's generation prompts (qwen3_prompts.json: the template, and each case's messages, enable_thinking
+    and text)."""
+    import trl
+    template = open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen3.jinja")).read()
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(out, "tokenizer.json"), eos_token="<|endoftext|>",
+                                  pad_token="<|endoftext|>")
+    tok.chat_template = template
+    with open(os.path.join(out, "qwen3_chat.jsonl"), "w") as f:
+        for r in QWEN3_CHATS:
+            f.write(json.dumps({"messages": r}) + "\n")
+    torch.manual_seed(3)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=2, max_position_embeddings=128)
+    args = SFTConfig(output_dir=os.path.join(folder, "run"), max_length=MAX, assistant_only_loss=True, packing=False,
+                     per_device_train_batch_size=len(QWEN3_CHATS), report_to=[], use_cpu=True, dataset_num_proc=None)
+    trainer = SFTTrainer(model=LlamaForCausalLM(cfg), args=args, train_dataset=Dataset.from_list([{"messages": r} for r in QWEN3_CHATS]),
+                         processing_class=tok)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(QWEN3_CHATS))])
+    tensors = {}
+    for k in range(len(QWEN3_CHATS)):
+        n = int(batch["attention_mask"][k].sum())
+        tensors[f"ids.{k}"] = batch["input_ids"][k, :n].to(torch.int32).contiguous()
+        tensors[f"labels.{k}"] = batch["labels"][k, :n].to(torch.int32).contiguous()
+    save_file(tensors, os.path.join(out, "qwen3_chat.safetensors"))
+    cases = [{"messages": m, "enable_thinking": think,
+              "text": tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True, enable_thinking=think)}
+             for m in QWEN3_PROMPTS for think in (True, False)]
+    with open(os.path.join(out, "qwen3_prompts.json"), "w") as f:
+        json.dump({"chat_template": template, "cases": cases}, f, indent=1)
+        f.write("\n")
+    print(f"qwen3: {len(QWEN3_CHATS)} chats, scored {int((batch['labels'] != -100).sum())} tokens; {len(cases)} prompts")
+
+
 def packed_case(tok, folder, out):
     torch.manual_seed(11)
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
@@ -136,6 +196,12 @@ def packed_case(tok, folder, out):
 
 
 def main():
+    """Every fixture, or (with "qwen3" on the command line) Qwen 3's only."""
+    import sys
+    if sys.argv[1:] == ["qwen3"]:
+        with tempfile.TemporaryDirectory() as tmp:
+            qwen3_case(tmp, OUT)
+        return
     os.makedirs(OUT, exist_ok=True)
     shutil.copy(os.path.join(HERE, "..", "tests", "fixtures", "tokenizer", "qwen2.json"), os.path.join(OUT, "tokenizer.json"))
     with open(os.path.join(OUT, "tokenizer_config.json"), "w") as f:
@@ -157,6 +223,7 @@ def main():
         case("chat", CHATS, tok, tmp, OUT)
         case("completion", COMPLETIONS, tok, tmp, OUT)
         packed_case(tok, tmp, OUT)
+        qwen3_case(tmp, OUT)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 /* Supervised fine-tuning's data and loss against TRL's SFTTrainer (scripts/make_sft_fixtures.py): for chats (ChatML,
- * the loss on the assistant's turns) and for prompts and completions (the loss on the completion and its end-of-text),
+ * the loss on the assistant's turns; Qwen 3's template, its tokens and scored targets, and the server's prompts) and for prompts and completions (the loss on the completion and its end-of-text),
  * each example's tokens and scored targets are TRL's, one batch's loss and every gradient are TRL's; the same batch in
  * two micro-batches, each dividing by the batch's count (dt_program_set_loss_tokens), gives the same gradients; bad
  * lines are refused naming the file and line. */
@@ -8,6 +8,9 @@
 #include "dtrain/kernels.h"
 #include "dtrain/program.h"
 #include "fixture_checks.h"
+#include "serve/serve_internal.h" /* (the server's chat prompt, against Qwen 3's template) */
+
+#include <cjson/cJSON.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -282,12 +285,65 @@ static void refused(const char *dir, const char *what, const char *line, dt_chat
     unlink(path);
 }
 
+/* Qwen 3's template (qwen3_prompts.json holds TRL's copy of it): its markers name it; the chats' tokens and scored
+ * targets are TRL's (SFTTrainer with its training form: every answer's think block scored, and the newline after
+ * <|im_end|>); each generation prompt, thinking on and off, is the template's text to the byte. */
+static void check_qwen3(const char *dir) {
+    char path[600], what[160], *text = NULL;
+    dt_bpe *tok = NULL;
+    dt_chat_kind chat = DT_CHAT_NONE, ignored;
+    int eos;
+    dt_sft *d = NULL;
+    dt_safetensors *f = NULL;
+    snprintf(path, sizeof path, "%s/sft/qwen3_prompts.json", dir);
+    dt_status st = load_tokenizer(dir, &tok, &ignored, &eos);
+    if (!st) st = dt_file_read_text(path, 1 << 20, &text, NULL);
+    cJSON *j = st ? NULL : cJSON_Parse(text);
+    const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(j, "chat_template"), *cases = cJSON_GetObjectItemCaseSensitive(j, "cases"), *c;
+    if (!st && (!cJSON_IsString(tmpl) || !cJSON_IsArray(cases))) st = dt_error(DT_ERR_IO, "%s: no chat_template or cases", path);
+    if (!st) st = dt_chat_kind_of_template(tmpl->valuestring, path, &chat);
+    if (!st) check("qwen3: Qwen 3's chat_template is recognised as qwen3", chat == DT_CHAT_QWEN3, NULL);
+    snprintf(path, sizeof path, "%s/sft/qwen3_chat.jsonl", dir);
+    if (!st) st = dt_sft_load(path, tok, chat, eos, T, &d);
+    snprintf(path, sizeof path, "%s/sft/qwen3_chat.safetensors", dir);
+    if (!st) st = dt_safetensors_open(path, &f);
+    if (!st) check("qwen3: 4 chats' tokens and scored targets are TRL's (its training form of the template)", rows_match(d, f, 4), NULL);
+    int k = 0, good = 0;
+    cJSON_ArrayForEach(c, cases) {
+        const cJSON *want = cJSON_GetObjectItemCaseSensitive(c, "text");
+        char *got = NULL;
+        size_t n = 0;
+        if (st || !cJSON_IsString(want)) break;
+        st = serve_chat_prompt(cJSON_GetObjectItemCaseSensitive(c, "messages"), chat,
+                               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "enable_thinking")), &got, &n);
+        if (!st && strcmp(got, want->valuestring)) printf("   case %d: %s\n   the template's: %s\n", k, got, want->valuestring);
+        good += !st && !strcmp(got, want->valuestring);
+        free(got);
+        k++;
+    }
+    snprintf(what, sizeof what, "qwen3: %d of %d generation prompts (thinking on and off) are the template's", good, k);
+    if (!st) check(what, k == 10 && good == k, NULL);
+    if (st) {
+        printf("FAIL qwen3: %s\n", dt_last_error());
+        failed++;
+    }
+    cJSON_Delete(j);
+    free(text);
+    dt_safetensors_close(f);
+    dt_sft_destroy(d);
+    dt_bpe_destroy(tok);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
+    /* a cache of this run's own: rows kept by an earlier build would hide what this one's rendering makes */
+    char cache[] = "/tmp/dtrain_sft_run_XXXXXX", rm[64];
+    if (!mkdtemp(cache) || setenv("XDG_CACHE_HOME", cache, 1)) return printf("test_sft: no temporary cache folder\n"), 1;
     check_case(dir, "chat", 4);
     check_case(dir, "completion", 3);
     check_packed(dir);
     check_cache(dir);
+    check_qwen3(dir);
     refused(dir, "refused: a line that is not JSON", "{\"messages\": [", DT_CHAT_CHATML, "not JSON");
     refused(dir, "refused: a line without messages or prompt and completion", "{\"text\": \"hi\"}", DT_CHAT_CHATML, "neither");
     refused(dir, "refused: a role that is not system, user or assistant",
@@ -301,6 +357,8 @@ int main(int argc, char **argv) {
     check("refused: a chat_template this build cannot render (named)",
           dt_chat_kind_of_template("{% for m in messages %}[INST] {{ m.content }}{% endfor %}", "x/tokenizer_config.json", &k) &&
           strstr(dt_last_error(), "x/tokenizer_config.json"), dt_last_error());
+    snprintf(rm, sizeof rm, "rm -rf %s", cache);
+    if (system(rm) != 0) printf("   (could not remove %s)\n", cache);
     printf("%s\n", failed ? "test_sft: FAILED" : "test_sft: all passed");
     return failed != 0;
 }

@@ -74,21 +74,36 @@ dt_status dt_bpe_for_model(const char *encoder_json, const char *vocab_bpe, int 
 /* Supervised fine-tuning data (data/sft.c; tok NULL: a byte-level model's bytes, prompts and completions only): a JSONL file of chats ({"messages": [{"role", "content"}, ...]}) or
  * prompts and completions ({"prompt", "completion"}), one example a row of T inputs and T targets, the targets not
  * scored (prompts, the user's and system's turns, padding) DT_IGNORE_INDEX, as TRL's SFTTrainer scores them; chats
- * rendered by a chat template of the documented subset (chatml, llama3), prompts and completions as TRL tokenizes
+ * rendered by a chat template of the documented subset (chatml, llama3, qwen3), prompts and completions as TRL tokenizes
  * them (eos: the end-of-text id appended to a completion, -1: none). Bad lines are refused naming the file and line. */
-typedef enum { DT_CHAT_NONE = 0, DT_CHAT_CHATML, DT_CHAT_LLAMA3 } dt_chat_kind;
+typedef enum { DT_CHAT_NONE = 0, DT_CHAT_CHATML, DT_CHAT_LLAMA3, DT_CHAT_QWEN3 } dt_chat_kind;
 dt_status dt_chat_kind_parse(const char *name, dt_chat_kind *out);
 /* Which of the subset a tokenizer_config.json's Jinja chat_template is (by its markers), or an error naming where. */
 dt_status dt_chat_kind_of_template(const char *jinja, const char *where, dt_chat_kind *out);
 /* A template's pieces (data/chat_template.c): the text before the first message; a turn's head (printf's %s: the
- * role); the end of a turn (an answer ends with it); what follows that; whether a content is trimmed. NULL: none. */
+ * role); the end of a turn (an answer ends with it); what follows that; Qwen 3's empty think block (NULL: the template
+ * has none), which a generation prompt ends with when thinking is off; whether a content is trimmed; whether training
+ * scores what follows an answer's end (TRL's training form of Qwen 3's template does). NULL: none. */
 typedef struct {
-    const char *begin, *head, *end, *after;
-    int trim;
+    const char *begin, *head, *end, *after, *no_think;
+    int trim, after_scored;
 } dt_chat_template;
 const dt_chat_template *dt_chat_template_of(dt_chat_kind k);
 /* A message's content as the template writes it ([*start, *start + *n) of c). */
 void dt_chat_content(const dt_chat_template *t, const char *c, const char **start, size_t *n);
+/* An assistant's answer as t writes it, into *out (the caller frees): its content, trimmed where t trims; in Qwen 3's
+ * (t->no_think set) the reasoning (given, or the content's part before "</think>", after "<think>") taken out of the
+ * content and, where block is DT_CHAT_BLOCK or DT_CHAT_BLOCK_IF_REASONING with a reasoning, written before it as
+ * "<think>\nREASONING\n</think>\n\n". */
+enum { DT_CHAT_NO_BLOCK, DT_CHAT_BLOCK, DT_CHAT_BLOCK_IF_REASONING };
+dt_status dt_chat_answer(const dt_chat_template *t, const char *content, const char *reasoning, int block, char **out);
+/* The think block an assistant message at index i of n gets when a prompt is rendered for generation (Qwen 3's
+ * original template: after the last user query, the last message always, an earlier one where it has a reasoning;
+ * last_query: dt_chat_last_query's). */
+int dt_chat_prompt_block(int i, int n, int last_query);
+struct cJSON;
+/* The index of messages' last user query (a user message whose text is not a <tool_response>), or the last index. */
+int dt_chat_last_query(const struct cJSON *messages);
 /* tokenizer_config.json beside tokenizer_json (none: nothing changes): its chat_template's kind into *chat where that
  * is DT_CHAT_NONE (chat NULL: not asked), its eos_token's id (tok's; eos NULL: not asked). */
 dt_status dt_tokenizer_config_read(const char *tokenizer_json, dt_bpe *tok, dt_chat_kind *chat, int *eos);

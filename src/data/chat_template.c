@@ -3,6 +3,12 @@
  * with: what training scores and serving stops at) and what follows it.
  *   chatml  <|im_start|>ROLE\nCONTENT<|im_end|>\n
  *   llama3  <|begin_of_text|>, then <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|> (CONTENT trimmed)
+ *   qwen3   ChatML with Qwen 3's think block in an assistant's answer: <think>\nREASONING\n</think>\n\nCONTENT, the
+ *           reasoning a message's reasoning_content or its content's part before </think>. For generation (Qwen 3's
+ *           own template) answers before the last user query drop their reasoning, and the generation prompt ends with
+ *           an empty think block when thinking is off (enable_thinking false); for training (TRL's training form of
+ *           it) every answer has its block, and the answer's scored part runs from <think> to the newline after
+ *           <|im_end|>.
  * Which one a model has: its tokenizer_config.json's chat_template, recognised by its markers. */
 #include "dtrain/data.h"
 #include "dtrain/io.h"
@@ -14,28 +20,90 @@
 #include <string.h>
 
 static const dt_chat_template templates[] = {
-    [DT_CHAT_CHATML] = { "", "<|im_start|>%s\n", "<|im_end|>", "\n", 0 },
-    [DT_CHAT_LLAMA3] = { "<|begin_of_text|>", "<|start_header_id|>%s<|end_header_id|>\n\n", "<|eot_id|>", "", 1 },
+    [DT_CHAT_CHATML] = { "", "<|im_start|>%s\n", "<|im_end|>", "\n", NULL, 0, 0 },
+    [DT_CHAT_LLAMA3] = { "<|begin_of_text|>", "<|start_header_id|>%s<|end_header_id|>\n\n", "<|eot_id|>", "", NULL, 1, 0 },
+    [DT_CHAT_QWEN3] = { "", "<|im_start|>%s\n", "<|im_end|>", "\n", "<think>\n\n</think>\n\n", 0, 1 },
 };
 
 const dt_chat_template *dt_chat_template_of(dt_chat_kind k) {
-    return k == DT_CHAT_CHATML || k == DT_CHAT_LLAMA3 ? &templates[k] : NULL;
+    return k == DT_CHAT_CHATML || k == DT_CHAT_LLAMA3 || k == DT_CHAT_QWEN3 ? &templates[k] : NULL;
 }
 
 dt_status dt_chat_kind_parse(const char *name, dt_chat_kind *out) {
     if (!strcmp(name, "chatml")) *out = DT_CHAT_CHATML;
     else if (!strcmp(name, "llama3")) *out = DT_CHAT_LLAMA3;
+    else if (!strcmp(name, "qwen3")) *out = DT_CHAT_QWEN3;
     else if (!strcmp(name, "none")) *out = DT_CHAT_NONE;
-    else return dt_error(DT_ERR_ARG, "chat template \"%s\": this build renders chatml and llama3 (or none: prompt and completion only)", name);
+    else return dt_error(DT_ERR_ARG, "chat template \"%s\": this build renders chatml, llama3 and qwen3 (or none: prompt and completion only)", name);
     return DT_OK;
 }
 
 dt_status dt_chat_kind_of_template(const char *jinja, const char *where, dt_chat_kind *out) {
-    if (strstr(jinja, "<|im_start|>")) *out = DT_CHAT_CHATML;
+    if (strstr(jinja, "<|im_start|>") && strstr(jinja, "<think>")) *out = DT_CHAT_QWEN3;
+    else if (strstr(jinja, "<|im_start|>")) *out = DT_CHAT_CHATML;
     else if (strstr(jinja, "<|start_header_id|>")) *out = DT_CHAT_LLAMA3;
-    else return dt_error(DT_ERR_UNSUPPORTED, "%s: a chat_template this build cannot render (it renders chatml's and llama3's): "
-                         "name one with --chat-template chatml|llama3", where);
+    else return dt_error(DT_ERR_UNSUPPORTED, "%s: a chat_template this build cannot render (it renders chatml's, llama3's and qwen3's): "
+                         "name one with --chat-template chatml|llama3|qwen3", where);
     return DT_OK;
+}
+
+/* [*a, *b) with the newlines at its start (lead) and its end (tail) left out, as Python's lstrip/rstrip('\n'). */
+static void strip_newlines(const char **a, const char **b, bool lead, bool tail) {
+    while (lead && *a < *b && **a == '\n') (*a)++;
+    while (tail && *b > *a && (*b)[-1] == '\n') (*b)--;
+}
+
+/* The last occurrence of needle in [a, b), or NULL. */
+static const char *last_in(const char *a, const char *b, const char *needle) {
+    const char *found = NULL;
+    for (const char *p = a; (p = strstr(p, needle)) && p + strlen(needle) <= b; p++) found = p;
+    return found;
+}
+
+dt_status dt_chat_answer(const dt_chat_template *t, const char *content, const char *reasoning, int block, char **out) {
+    const char *c = content, *ce = content + strlen(content), *r = "", *re = r;
+    if (!t->no_think) {
+        size_t n;
+        dt_chat_content(t, content, &c, &n);
+        ce = c + n;
+    } else if (reasoning) {
+        r = reasoning, re = reasoning + strlen(reasoning);
+    } else if (strstr(content, "</think>")) {
+        /* the reasoning: before the first </think>, after the last <think> there; the content: after the last </think> */
+        const char *end = strstr(content, "</think>"), *open;
+        r = content, re = end;
+        strip_newlines(&r, &re, false, true);
+        if ((open = last_in(r, re, "<think>"))) r = open + strlen("<think>");
+        strip_newlines(&r, &re, true, false);
+        c = last_in(content, ce, "</think>") + strlen("</think>");
+        strip_newlines(&c, &ce, true, false);
+    }
+    bool with = t->no_think && (block == DT_CHAT_BLOCK || (block == DT_CHAT_BLOCK_IF_REASONING && re > r));
+    if (with) strip_newlines(&r, &re, true, true), strip_newlines(&c, &ce, true, false);
+    size_t n = (size_t)(ce - c) + (with ? (size_t)(re - r) + strlen("<think>\n\n</think>\n\n") : 0);
+    char *o = malloc(n + 1);
+    if (!o) return dt_error(DT_ERR_NOMEM, "out of memory for a chat answer");
+    if (with) snprintf(o, n + 1, "<think>\n%.*s\n</think>\n\n%.*s", (int)(re - r), r, (int)(ce - c), c);
+    else memcpy(o, c, (size_t)(ce - c)), o[ce - c] = 0;
+    *out = o;
+    return DT_OK;
+}
+
+int dt_chat_prompt_block(int i, int n, int last_query) {
+    return i <= last_query ? DT_CHAT_NO_BLOCK : i == n - 1 ? DT_CHAT_BLOCK : DT_CHAT_BLOCK_IF_REASONING;
+}
+
+int dt_chat_last_query(const cJSON *messages) {
+    int n = cJSON_GetArraySize(messages);
+    for (int i = n - 1; i >= 0; i--) {
+        const cJSON *m = cJSON_GetArrayItem(messages, i), *role = cJSON_GetObjectItemCaseSensitive(m, "role"),
+                    *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (!cJSON_IsString(role) || strcmp(role->valuestring, "user") || !cJSON_IsString(c)) continue;
+        size_t len = strlen(c->valuestring);
+        bool tool = !strncmp(c->valuestring, "<tool_response>", 15) && len >= 16 && !strcmp(c->valuestring + len - 16, "</tool_response>");
+        if (!tool) return i;
+    }
+    return n - 1;
 }
 
 void dt_chat_content(const dt_chat_template *t, const char *c, const char **start, size_t *n) {

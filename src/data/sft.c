@@ -4,8 +4,8 @@
  * them (completion_only_loss; assistant_only_loss with a template that marks the assistant's turns). One example a
  * row, cut at T + 1 tokens or padded after its end (causal attention: the padding changes nothing before it).
  *
- * Chats are rendered by a chat template (chat_template.c: ChatML's, Llama 3's); scored: an assistant's content and
- * its end of turn (<|im_end|>, <|eot_id|>). A prompt and completion are tokenized as TRL does: the prompt alone (after the tokenizer's begin-of-text, if it has
+ * Chats are rendered by a chat template (chat_template.c: ChatML's, Llama 3's, Qwen 3's); scored: an assistant's
+ * content and its end of turn (<|im_end|>, <|eot_id|>; Qwen 3's think block before the content and the newline after). A prompt and completion are tokenized as TRL does: the prompt alone (after the tokenizer's begin-of-text, if it has
  * one), then prompt + completion + end-of-text; the completion's tokens start where the two diverge. A preference pair
  * ({"prompt", "chosen", "rejected"}, DPO's) is two rows tokenized so, chosen then rejected (render_pair). */
 #include "sft_internal.h"
@@ -70,15 +70,21 @@ static dt_status render_turns(const cJSON *msgs, const dt_chat_template *t, dt_b
         const char *r = role->valuestring;
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
             return dt_error(DT_ERR_IO, "%s: message %d's role \"%s\" is not system, user or assistant", where, k, r);
-        int scored = score && !strcmp(r, "assistant");
-        *assistants += !strcmp(r, "assistant");
+        bool answer = !strcmp(r, "assistant");
+        int scored = score && answer;
+        *assistants += answer;
+        const cJSON *reasoning = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
         const char *c;
         size_t cn;
-        dt_chat_content(t, content->valuestring, &c, &cn);
+        char *text = NULL; /* an answer as the template writes it (Qwen 3's: its think block, as TRL's training form) */
+        if (answer) st = dt_chat_answer(t, content->valuestring, cJSON_IsString(reasoning) ? reasoning->valuestring : NULL, DT_CHAT_BLOCK, &text);
+        if (answer) c = text, cn = text ? strlen(text) : 0;
+        else dt_chat_content(t, content->valuestring, &c, &cn);
         char head[96];
         snprintf(head, sizeof head, t->head, r);
-        if (!(st = put_str(s, tok, head, 0)) && !(st = put(s, tok, c, cn, scored)) && !(st = put_str(s, tok, t->end, scored)))
-            st = put_str(s, tok, t->after, 0);
+        if (!st && !(st = put_str(s, tok, head, 0)) && !(st = put(s, tok, c, cn, scored)) && !(st = put_str(s, tok, t->end, scored)))
+            st = put_str(s, tok, t->after, scored && t->after_scored);
+        free(text);
     }
     return st;
 }
@@ -241,7 +247,7 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
                       pair ? "examples (chats, prompts and completions)" : "preference pairs");
     } else if (pair && cJSON_IsArray(p) && cJSON_IsArray(ch) && cJSON_IsArray(rj)) {
         st = !tok || chat == DT_CHAT_NONE ? dt_error(DT_ERR_ARG, "%s: a conversational pair needs a tokenizer and a chat template (its "
-                                                     "tokenizer_config.json's, or --chat-template chatml|llama3)", where)
+                                                     "tokenizer_config.json's, or --chat-template chatml|llama3|qwen3)", where)
                                           : render_chat_pair(p, ch, rj, chat, tok, where, &s, &s2);
     } else if (pair) {
         st = !cJSON_IsString(p) || !cJSON_IsString(ch) || !cJSON_IsString(rj)
@@ -252,7 +258,7 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
         st = !tok ? dt_error(DT_ERR_ARG, "%s: chat messages need a tokenizer with the template's special tokens (a byte-level model takes "
                              "prompts and completions)", where)
            : chat == DT_CHAT_NONE ? dt_error(DT_ERR_ARG, "%s: chat messages need a chat template: the tokenizer's tokenizer_config.json's, "
-                                             "or --chat-template chatml|llama3", where)
+                                             "or --chat-template chatml|llama3|qwen3", where)
                                   : render_chat(msgs, chat, tok, where, &s);
     } else if (cJSON_IsString(p) && cJSON_IsString(c)) {
         st = render_completion(p->valuestring, c->valuestring, tok, eos, &s);

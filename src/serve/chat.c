@@ -1,6 +1,6 @@
 /* OpenAI's chat messages as one prompt: by the model's own chat template
  * where its tokenizer_config.json names one dtrain renders (ChatML's,
- * Llama 3's: data/chat_template.c), the assistant's head last and the
+ * Llama 3's, Qwen 3's: data/chat_template.c), the assistant's head last and the
  * answer ending at its end of turn; else (a GPT-2 has no template of its
  * own) by a plain, documented one (docs/serving.md) that a base model
  * continues naturally:
@@ -50,10 +50,11 @@ static dt_status content_text(const cJSON *c, int i, char **buf, size_t *len, si
     return DT_OK;
 }
 
-/* By the template t: its beginning, each message's head, content, end and what follows, the assistant's head last. */
-static dt_status render_template(const dt_chat_template *t, const cJSON *messages, char **buf, size_t *len, size_t *cap) {
+/* By the template t: its beginning, each message's head, content, end and what follows, the assistant's head last
+ * (Qwen 3's: an answer's think block only after the last user query, and with thinking off an empty one to start). */
+static dt_status render_template(const dt_chat_template *t, const cJSON *messages, bool thinking, char **buf, size_t *len, size_t *cap) {
     dt_status st = grow(buf, len, cap, t->begin, strlen(t->begin));
-    int i = 0;
+    int i = 0, n = cJSON_GetArraySize(messages), last_query = dt_chat_last_query(messages);
     const cJSON *m;
     char head[96];
     cJSON_ArrayForEach(m, messages) {
@@ -62,26 +63,32 @@ static dt_status render_template(const dt_chat_template *t, const cJSON *message
         if (!strcmp(role, "developer")) role = "system"; /* OpenAI's newer name */
         if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))
             return dt_error(DT_ERR_ARG, "'messages' [%d]: role '%s': this server takes system, developer, user and assistant", i, role);
-        char *text = NULL;
+        char *text = NULL, *answer = NULL;
         size_t tl = 0, tc = 0;
         const char *a;
-        size_t n;
+        size_t an;
+        const cJSON *reasoning = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
         snprintf(head, sizeof head, t->head, role);
         if (!st) st = content_text(c, i, &text, &tl, &tc);
-        if (!st) dt_chat_content(t, text ? text : "", &a, &n);
+        if (!st && !strcmp(role, "assistant"))
+            st = dt_chat_answer(t, text ? text : "", cJSON_IsString(reasoning) ? reasoning->valuestring : NULL,
+                                dt_chat_prompt_block(i, n, last_query), &answer);
+        if (!st && answer) a = answer, an = strlen(answer);
+        else if (!st) dt_chat_content(t, text ? text : "", &a, &an);
         if (!st) st = grow(buf, len, cap, head, strlen(head));
-        if (!st) st = grow(buf, len, cap, a, n);
+        if (!st) st = grow(buf, len, cap, a, an);
         if (!st) st = grow(buf, len, cap, t->end, strlen(t->end));
         if (!st) st = grow(buf, len, cap, t->after, strlen(t->after));
-        free(text);
+        free(text), free(answer);
         if (st) return st;
         i++;
     }
     snprintf(head, sizeof head, t->head, "assistant");
-    return grow(buf, len, cap, head, strlen(head));
+    if (!(st = grow(buf, len, cap, head, strlen(head))) && t->no_think && !thinking) st = grow(buf, len, cap, t->no_think, strlen(t->no_think));
+    return st;
 }
 
-dt_status serve_chat_prompt(const cJSON *messages, dt_chat_kind chat, char **out, size_t *out_len) {
+dt_status serve_chat_prompt(const cJSON *messages, dt_chat_kind chat, bool thinking, char **out, size_t *out_len) {
     *out = NULL;
     *out_len = 0;
     if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0)
@@ -91,7 +98,7 @@ dt_status serve_chat_prompt(const cJSON *messages, dt_chat_kind chat, char **out
     dt_status st = DT_OK;
     const dt_chat_template *t = dt_chat_template_of(chat);
     if (t) {
-        if ((st = render_template(t, messages, &buf, &len, &cap))) free(buf);
+        if ((st = render_template(t, messages, thinking, &buf, &len, &cap))) free(buf);
         else *out = buf, *out_len = len;
         return st;
     }

@@ -105,12 +105,30 @@ static dt_status refuse_unsupported(const cJSON *o, const char **param) {
     return DT_OK;
 }
 
+/* chat_template_kwargs (vLLM's and SGLang's field): enable_thinking, whether Qwen 3 thinks (true unless said). */
+static dt_status read_template_kwargs(const cJSON *o, bool *thinking, const char **param) {
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(o, "chat_template_kwargs"), *f;
+    *thinking = true;
+    if (!kw || cJSON_IsNull(kw)) return DT_OK;
+    if (!cJSON_IsObject(kw)) return bad(param, "chat_template_kwargs", "'%s' must be an object%s", "");
+    cJSON_ArrayForEach(f, kw) {
+        if (strcmp(f->string, "enable_thinking") || !cJSON_IsBool(f))
+            return bad(param, "chat_template_kwargs", "'%s' holds '%s': this server reads enable_thinking (true or false) only",
+                       f->string);
+        *thinking = cJSON_IsTrue(f);
+    }
+    return DT_OK;
+}
+
 /* A chat request's messages, rendered and encoded as its prompt; its answer also stops at the next turn. */
 static dt_status read_messages(const cJSON *o, const serve_vocab *v, serve_params *p, const char **param) {
     char *text;
     size_t n;
+    bool thinking;
+    dt_status st = read_template_kwargs(o, &thinking, param);
+    if (st) return st;
     *param = "messages";
-    dt_status st = serve_chat_prompt(cJSON_GetObjectItemCaseSensitive(o, "messages"), v->chat, &text, &n);
+    st = serve_chat_prompt(cJSON_GetObjectItemCaseSensitive(o, "messages"), v->chat, thinking, &text, &n);
     if (st) return st;
     st = dt_bpe_prompt(v->bpe, text, n, &p->prompt, &p->nprompt);
     free(text);

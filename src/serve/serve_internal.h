@@ -45,7 +45,7 @@ dt_status serve_params_parse(const char *body, size_t len, const serve_vocab *v,
 /* Chat messages as one prompt by the model's template (chat, DT_CHAT_NONE: dtrain's plain one; chat.c; caller frees
  * *out). */
 struct cJSON;
-dt_status serve_chat_prompt(const struct cJSON *messages, dt_chat_kind chat, char **out, size_t *len);
+dt_status serve_chat_prompt(const struct cJSON *messages, dt_chat_kind chat, bool thinking, char **out, size_t *len);
 /* The stop sequence a chat answer gets beside the request's own: the model starting the next turn. */
 #define SERVE_CHAT_STOP "\nUser:"
 
