@@ -70,8 +70,8 @@ int main(int argc, char **argv) {
         dt_infer_row *rows = malloc(sizeof *rows * (size_t)R);
         float *logits = malloc(sizeof(float) * (size_t)B * V);
         int32_t *next = malloc(sizeof(int32_t) * (size_t)B);
-        st = dt_gpu_decoder_create(g, dt_gpt2_program(m), B, R, &gd);
-        if (!st) st = dt_decoder_create_on(m, B, R, dt_gpu_decoder_device(gd), &d);
+        st = dt_gpu_decoder_create(g, dt_gpt2_program(m), B, R, 0, &gd);
+        if (!st) st = dt_decoder_create_on(m, B, R, 0, dt_gpu_decoder_device(gd), &d);
         if (!st) st = generate(d, B, V, rows, logits, next); /* untimed: the first run */
         double t0 = dt_time_now();
         if (!st) st = generate(d, B, V, rows, logits, next);

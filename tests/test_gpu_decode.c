@@ -66,8 +66,8 @@ int main(int argc, char **argv) {
     if (!st) dt_gpt2_init_random(m, 1337);
     if (!st) st = dt_gpu_open(0, &g);
     if (!st) st = dt_decoder_create(m, DT_QUANT_NONE, SLOTS, ROWS, 0, &cpu);
-    if (!st) st = dt_gpu_decoder_create(g, dt_gpt2_program(m), SLOTS, ROWS, &gd);
-    if (!st) st = dt_decoder_create_on(m, SLOTS, ROWS, dt_gpu_decoder_device(gd), &gpu);
+    if (!st) st = dt_gpu_decoder_create(g, dt_gpt2_program(m), SLOTS, ROWS, 0, &gd);
+    if (!st) st = dt_decoder_create_on(m, SLOTS, ROWS, 0, dt_gpu_decoder_device(gd), &gpu);
     if (st) {
         fprintf(stderr, "test_gpu_decode: %s\n", dt_last_error());
         return 1;

@@ -65,12 +65,12 @@ dt_status dt_gpu_lm_plan(dt_gpu *g, const dt_lm_config *cfg, dt_dtype prec, dt_a
                          dt_gpu_plan *out);
 
 /* Decoding on the GPU (src/gpu/decode.c): p's spec and current parameters copied to the device with a key/value
- * cache of nslots sequences of max_seq_len positions, f32, for steps of at most max_rows rows (p stays the
+ * cache of nslots sequences of context positions (0, or more than the model's: max_seq_len), f32, for steps of at most max_rows rows (p stays the
  * caller's). A step runs the block ops as the CPU decoder does (src/infer/decoder_step.c) on rows the caller has
  * checked (dt_decoder_step checks them: dt_decoder_create_gpu puts this behind a dt_decoder): logits [m, V] for the m
  * rows that want them, in order. The whole model in one process; a mixture of experts or a split model is refused. */
 typedef struct dt_gpu_decoder dt_gpu_decoder;
-dt_status dt_gpu_decoder_create(dt_gpu *g, dt_program *p, int nslots, int max_rows, dt_gpu_decoder **out);
+dt_status dt_gpu_decoder_create(dt_gpu *g, dt_program *p, int nslots, int max_rows, int context, dt_gpu_decoder **out);
 void dt_gpu_decoder_destroy(dt_gpu_decoder *d);
 dt_status dt_gpu_decoder_run(dt_gpu_decoder *d, const int32_t *rows, int n, float *logits);
 /* d as a dt_decoder's device (dt_decoder_create_on), destroyed with that decoder. */
@@ -95,7 +95,7 @@ typedef struct {
     void (*lm_device)(dt_gpu_lm *m, dt_program_device *out);
     int (*lm_flash)(const dt_gpu_lm *m);
     const struct dt_strategy *strategy; /* the engine's "gpu" strategy: its dt_engine_config.device is a dt_gpu_lm */
-    dt_status (*decoder_create)(dt_gpu *g, dt_program *p, int nslots, int max_rows, dt_gpu_decoder **out);
+    dt_status (*decoder_create)(dt_gpu *g, dt_program *p, int nslots, int max_rows, int context, dt_gpu_decoder **out);
     void (*decoder_destroy)(dt_gpu_decoder *d);
     dt_status (*decoder_run)(dt_gpu_decoder *d, const int32_t *rows, int n, float *logits);
     dt_status (*lm_plan)(dt_gpu *g, const dt_lm_config *cfg, dt_dtype prec, dt_attn_mode att, int B, int T, const dt_optim_config *opt,

@@ -59,11 +59,12 @@ typedef struct {
     dt_status (*run)(void *ctx, const int32_t *rows, int n, float *logits);
     void (*destroy)(void *ctx);
 } dt_decoder_device;
-dt_status dt_decoder_create_on(const dt_gpt2 *m, int nslots, int max_rows, dt_decoder_device dev, dt_decoder **out);
+dt_status dt_decoder_create_on(const dt_gpt2 *m, int nslots, int max_rows, int context, dt_decoder_device dev, dt_decoder **out);
 /* The decoder on GPU `ordinal` through the GPU plugin (gpu_lm.h's dt_gpu_decoder: the weights and an f32 cache on
  * the device; m may be destroyed once it is made): a clear error where this build has no CUDA, the machine no GPU,
- * or the model is what it does not run (a mixture of experts, a model split over ranks). */
-dt_status dt_decoder_create_gpu(const dt_gpt2 *m, int ordinal, int nslots, int max_rows, dt_decoder **out);
+ * or the model is what it does not run (a mixture of experts, a model split over ranks). context: a slot's positions as
+ * dt_decoder_create's. */
+dt_status dt_decoder_create_gpu(const dt_gpt2 *m, int ordinal, int nslots, int max_rows, int context, dt_decoder **out);
 const dt_gpt2_config *dt_decoder_config(const dt_decoder *d);
 int dt_decoder_slots(const dt_decoder *d);
 int dt_decoder_max_rows(const dt_decoder *d);

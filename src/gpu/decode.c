@@ -104,12 +104,13 @@ static dt_status preflight(dt_gpu_decoder *d, size_t n) {
                     (d->need - weights - cache) / 1073741824.0, dt_gpu_name(d->g), fr / 1073741824.0);
 }
 
-dt_status dt_gpu_decoder_create(dt_gpu *g, dt_program *p, int nslots, int max_rows, dt_gpu_decoder **out) {
+dt_status dt_gpu_decoder_create(dt_gpu *g, dt_program *p, int nslots, int max_rows, int context, dt_gpu_decoder **out) {
     *out = NULL;
     if (nslots < 1 || max_rows < 1) return dt_error(DT_ERR_ARG, "GPU decoder: %d slots and %d rows a step (each must be >= 1)", nslots, max_rows);
     dt_gpu_decoder *d = calloc(1, sizeof *d);
     if (!d) return dt_error(DT_ERR_NOMEM, "GPU decoder: out of memory");
     d->g = g, d->nslots = nslots, d->max_rows = max_rows, d->cfg = *dt_program_config(p);
+    if (context > 0 && context < d->cfg.max_seq_len) d->cfg.max_seq_len = context; /* the cache's positions (the CPU decoder's rule) */
     dt_program_get_view(p, &d->v);
     dt_status st = check(p, &d->v);
     if (st) {

@@ -233,8 +233,8 @@ dt_status dt_decoder_create(const dt_gpt2 *m, dt_quant q, int nslots, int max_ro
     return make((dt_gpt2 *)m, false, q, nslots, max_rows, context, NULL, out); /* copies only: m is read, never written */
 }
 
-dt_status dt_decoder_create_on(const dt_gpt2 *m, int nslots, int max_rows, dt_decoder_device dev, dt_decoder **out) {
-    return make((dt_gpt2 *)m, false, DT_QUANT_NONE, nslots, max_rows, 0, &dev, out); /* its shape only is read */
+dt_status dt_decoder_create_on(const dt_gpt2 *m, int nslots, int max_rows, int context, dt_decoder_device dev, dt_decoder **out) {
+    return make((dt_gpt2 *)m, false, DT_QUANT_NONE, nslots, max_rows, context, &dev, out); /* its shape only is read */
 }
 
 dt_status dt_decoder_create_taking(dt_gpt2 *m, dt_quant q, int nslots, int max_rows, int context, dt_decoder **out) {

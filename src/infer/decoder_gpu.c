@@ -24,16 +24,16 @@ static void destroy(void *ctx) {
     free(o);
 }
 
-dt_status dt_decoder_create_gpu(const dt_gpt2 *m, int ordinal, int nslots, int max_rows, dt_decoder **out) {
+dt_status dt_decoder_create_gpu(const dt_gpt2 *m, int ordinal, int nslots, int max_rows, int context, dt_decoder **out) {
     *out = NULL;
     on_gpu *o = calloc(1, sizeof *o);
     if (!o) return dt_error(DT_ERR_NOMEM, "decoder: out of memory");
     dt_status st = dt_gpu_api_load(&o->api);
     if (!st) st = o->api->open(ordinal, &o->g);
-    if (!st) st = o->api->decoder_create(o->g, dt_gpt2_program((dt_gpt2 *)m), nslots, max_rows, &o->d);
+    if (!st) st = o->api->decoder_create(o->g, dt_gpt2_program((dt_gpt2 *)m), nslots, max_rows, context, &o->d);
     if (st) {
         destroy(o);
         return st;
     }
-    return dt_decoder_create_on(m, nslots, max_rows, (dt_decoder_device){ o, run, destroy }, out);
+    return dt_decoder_create_on(m, nslots, max_rows, context, (dt_decoder_device){ o, run, destroy }, out);
 }

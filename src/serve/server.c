@@ -137,16 +137,17 @@ dt_status dt_serve_run(const dt_serve_options *o) {
     dt_tp_ops ops;
     bool tp = o->comm && dt_comm_size(o->comm) > 1;
     dt_status st = dt_generate_load(o->model, o->lora, o->comm, tp, &ops, &m);
+    int T = st ? 0 : dt_gpt2_get_config(m)->max_seq_len, ctx = o->context > 0 ? o->context : T < DT_SERVE_CONTEXT ? T : DT_SERVE_CONTEXT;
     if (!st && o->cuda) { /* the weights on the GPU: the host's copy is let go */
-        st = dt_decoder_create_gpu(m, o->cuda - 1, o->slots, o->budget, &d);
+        st = dt_decoder_create_gpu(m, o->cuda - 1, o->slots, o->budget, ctx, &d);
         dt_gpt2_destroy(m);
     } else if (!st) { /* m is the decoder's: the weights held once */
-        int T = dt_gpt2_get_config(m)->max_seq_len, ctx = o->context > 0 ? o->context : T < DT_SERVE_CONTEXT ? T : DT_SERVE_CONTEXT;
-        if ((st = dt_decoder_create_taking(m, o->quant, o->slots, o->budget, ctx, &d)) == DT_ERR_NOMEM)
-            st = dt_error(st, "serve: %s (--context N: fewer positions a slot; --slots N: fewer slots)", dt_last_error());
-        else if (!st && ctx < T && (!tp || dt_comm_rank(o->comm) == 0)) /* (the serving rank says it) */
-            printf("dtrain serve: a request holds %d positions (--context N: up to the model's %d)\n", ctx, T);
+        st = dt_decoder_create_taking(m, o->quant, o->slots, o->budget, ctx, &d);
     }
+    if (st == DT_ERR_NOMEM)
+        st = dt_error(st, "serve: %s (--context N: fewer positions a slot; --slots N: fewer slots)", dt_last_error());
+    else if (!st && ctx < T && (!tp || dt_comm_rank(o->comm) == 0)) /* (the serving rank says it) */
+        printf("dtrain serve: a request holds %d positions (--context N: up to the model's %d)\n", ctx, T);
     serve_vocab v = { 0 };
     if (!st && tp && dt_comm_rank(o->comm) > 0) st = dt_decoder_follow(d); /* the leader's steps, until it releases us */
     else {

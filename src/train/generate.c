@@ -70,13 +70,16 @@ static dt_status generate_cached(dt_gpt2 **m, int32_t *toks, int nprompt, const 
                "read again (--no-cache slides the window by one token instead)", Tmax,
                nprompt > Tmax ? "the prompt's last tokens are read" : "", nprompt > Tmax ? "; " : "", half);
     int rows = Tmax < 256 ? Tmax : 256;
+    /* the cache holds the positions the text reaches (not a 40960-position model's whole context), or the whole context
+     * where the window slides */
+    int positions = (long)nprompt + o->count <= Tmax ? nprompt + o->count : 0;
     dt_decoder *d = NULL;
     dt_batcher *b = NULL;
     dt_status st;
     if (o->cuda) { /* the weights on the GPU: the host's copy is let go */
-        st = dt_decoder_create_gpu(*m, o->cuda - 1, 1, rows, &d);
+        st = dt_decoder_create_gpu(*m, o->cuda - 1, 1, rows, positions, &d);
         dt_gpt2_destroy(*m);
-    } else st = dt_decoder_create_taking(*m, o->quant, 1, rows, 0, &d); /* the weights held once */
+    } else st = dt_decoder_create_taking(*m, o->quant, 1, rows, positions, &d); /* the weights held once */
     *m = NULL;
     if (!st) st = dt_batcher_create(d, rows, &b);
     cached_run run = { emit, ctx, toks, nprompt };

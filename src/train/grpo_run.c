@@ -167,7 +167,7 @@ static dt_status decode(run *r, dt_grpo_run *gr, int gen) {
     dt_decoder *d = NULL;
     dt_batcher *b = NULL;
     double t0 = dt_time_now();
-    dt_status st = dt_decoder_create(r->m, DT_QUANT_NONE, gr->rows, budget, 0, &d);
+    dt_status st = dt_decoder_create(r->m, DT_QUANT_NONE, gr->rows, budget, gr->T + 1, &d); /* (a row's positions: prompt and completion) */
     if (!st) st = dt_batcher_create(d, budget, &b);
     for (int i = 0; !st && i < gr->rows; i++) {
         uint64_t q;
