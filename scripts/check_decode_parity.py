@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Greedy decoding against Hugging Face and llama.cpp on models dtrain did not make: for each configuration below,
-a random LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM (transformers, initializer_range 0.1 so that the
-tokens vary) saved as
+a random LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM, or a mixture of experts (MixtralForCausalLM,
+Qwen2MoeForCausalLM, Qwen3MoeForCausalLM: llama.cpp's llama, qwen2moe and qwen3moe architectures, the experts
+stacked) (transformers, initializer_range 0.1 so that the tokens vary) saved as
 an HF folder; then 64 greedy tokens from the bytes of a prompt (as ids) by
   HF generate (f32, eager attention),
   dtrain generate --ids on the folder (its KV cache; f32, and int8 said only),
@@ -12,7 +13,7 @@ the last id end-of-text (dtrain models carry no tokenizer): llama.cpp stops once
 agree when they are HF's up to there (--ignore-eos would ban the id instead and turn the tokens).
 
 Run with the baselines' environment; llama.cpp from scripts/build-llama-cpp.sh:
-  .venv-baselines/bin/python scripts/check_decode_parity.py [build/dtrain]
+  .venv-baselines/bin/python scripts/check_decode_parity.py [build/dtrain [NAME...]]
 """
 import os
 import re
@@ -21,7 +22,9 @@ import sys
 import tempfile
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROMPT, NEW = b"And God said", 64
@@ -44,6 +47,21 @@ CONFIGS = {
                      dict(vocab_size=512, hidden_size=128, intermediate_size=344, num_hidden_layers=4,
                           num_attention_heads=8, num_key_value_heads=2, head_dim=32, max_position_embeddings=256,
                           rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True)),
+    # mixtures of experts: 8 SwiGLU experts, 2 a token (Qwen 2 MoE's weights not renormalised, a gated shared expert)
+    "mixtral (tiny)": (MixtralConfig, MixtralForCausalLM,
+                       dict(vocab_size=512, hidden_size=128, intermediate_size=172, num_hidden_layers=4, num_attention_heads=8,
+                            num_key_value_heads=2, num_local_experts=8, num_experts_per_tok=2, max_position_embeddings=256,
+                            rope_theta=1000000.0, tie_word_embeddings=False)),
+    "qwen2_moe (tiny)": (Qwen2MoeConfig, Qwen2MoeForCausalLM,
+                         dict(vocab_size=512, hidden_size=128, intermediate_size=344, moe_intermediate_size=88,
+                              shared_expert_intermediate_size=172, num_experts=8, num_experts_per_tok=2, norm_topk_prob=False,
+                              qkv_bias=True, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
+                              max_position_embeddings=256, rope_theta=1000000.0, tie_word_embeddings=False)),
+    "qwen3_moe (tiny)": (Qwen3MoeConfig, Qwen3MoeForCausalLM,
+                         dict(vocab_size=512, hidden_size=128, intermediate_size=344, moe_intermediate_size=88, num_experts=8,
+                              num_experts_per_tok=2, norm_topk_prob=True, num_hidden_layers=4, num_attention_heads=8,
+                              num_key_value_heads=2, head_dim=32, max_position_embeddings=256, rms_norm_eps=1e-6,
+                              rope_theta=1000000.0, tie_word_embeddings=False, initializer_range=0.2)),
     "qwen3-0.6b": (Qwen3Config, Qwen3ForCausalLM,
                    dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
                         num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
@@ -117,7 +135,7 @@ def text_case(dtrain):
     ok = mine == ref and (lc is None or lc == ref)
     print("%-24s text through tokenizer.json, 24 tokens: dtrain %s HF's, llama.cpp on dtrain's GGUF %s HF's%s (%r)" %
           ("llama3 tokenizer (tiny)", "=" if mine == ref else "!=", "(not built)" if lc is None else "=" if lc == ref else "!=",
-           "" if ok else "   FAIL", ref[:40]), flush=True)
+           "" if ok else "   FAIL", ref[:40]) + ("" if lc is None or lc == ref else " llama.cpp's: %r" % lc[:40]), flush=True)
     return ok
 
 
@@ -126,11 +144,15 @@ def agree(a, b):
 
 
 def main():
+    """Every configuration, or those whose names start with the words after DTRAIN (mixtral, qwen3_moe, ...)."""
     dtrain = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "build", "dtrain")
+    only = sys.argv[2:]
     bad = 0
     for name, (Config, Model, kw) in CONFIGS.items():
+        if only and not any(name.startswith(o) for o in only):
+            continue
         torch.manual_seed(3)
-        m = Model(Config(initializer_range=0.1, attn_implementation="eager", **kw)).float().eval()
+        m = Model(Config(**{"initializer_range": 0.1, "attn_implementation": "eager", **kw})).float().eval()
         ids = torch.tensor([list(PROMPT)])
         with torch.no_grad():
             ref = m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW,
@@ -148,7 +170,8 @@ def main():
                                     agree(q8, ref), "" if ok else "   FAIL") +
               (" (llama.cpp stopped at the end-of-text id, HF's token there too)" if lc and len(lc) < NEW and ok else ""),
               flush=True)
-    bad += not text_case(dtrain)
+    if not only:
+        bad += not text_case(dtrain)
     return 1 if bad else 0
 
 

@@ -1,7 +1,8 @@
 /* GGUF, llama.cpp's model file (version 3), written for any family of the model program: its architecture's keys
  * (sizes, heads, K/V heads, rotary base and Llama 3.1's scaling as llama.cpp's rope_freqs tensor, the norms'
  * epsilon), every tensor in f32 under llama.cpp's names (the spec's gguf names), q and k rows reordered where
- * llama.cpp's rope turns adjacent pairs. The vocabulary: a tokenizer's (tokenizer.json: its tokens, merges, added
+ * llama.cpp's rope turns adjacent pairs; a mixture's experts stacked in one tensor a layer (ffn_*_exps, [E, rows,
+ * cols] as dtrain keeps them) with the expert counts' keys. The vocabulary: a tokenizer's (tokenizer.json: its tokens, merges, added
  * tokens, pattern by llama.cpp's name) where one is given; else the 256 bytes in GPT-2's byte-to-character order, then
  * placeholders "<tN>", so token ids mean the same on both sides (a byte-level model's text reads the same). Debian packages no GGUF library for C (ggml's
  * gguf.c is not in bookworm); the format is a header of typed key/values, tensor records, then aligned data. */
@@ -126,14 +127,39 @@ static void architecture(buf *b, const dt_lm_config *c, const char *arch) {
     kv_f32(b, arch, "rope.freq_base", c->rope_theta);
     kv_f32(b, arch, "attention.layer_norm_rms_epsilon", c->norm_eps);
     kv_u32(b, arch, "vocab_size", (uint32_t)c->vocab_size);
+    if (!c->experts) return;
+    kv_u32(b, arch, "expert_count", (uint32_t)c->experts);
+    kv_u32(b, arch, "expert_used_count", (uint32_t)c->experts_top_k);
+    kv_u32(b, arch, "expert_feed_forward_length", (uint32_t)c->ffn);
+    if (c->shared_ffn) kv_u32(b, arch, "expert_shared_feed_forward_length", (uint32_t)c->shared_ffn);
 }
 
-/* A tensor record: its name, dimensions innermost first, f32, and where its data starts. */
-static void record(buf *b, const char *name, int rows, int cols, uint64_t offset) {
+/* What llama.cpp's architecture runs of a mixture as it is here, or why not: every layer a mixture, softmax routing
+ * with its weights renormalised over the k as the architecture does it (its llama's and qwen3moe's do, qwen2moe's does
+ * not). */
+static dt_status mixture_fits(const dt_lm_config *c, const char *arch, const char *path) {
+    if (!c->experts) return DT_OK;
+    if (dt_lm_moe_layers(c) != c->num_layers)
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: %d of the %d layers are dense among the mixtures: llama.cpp's %s makes every layer a "
+                        "mixture; dtrain's checkpoint and Hugging Face folder keep it", path, c->num_layers - dt_lm_moe_layers(c),
+                        c->num_layers, arch);
+    if (c->router == DT_ROUTER_SIGMOID_BIAS)
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: DeepSeek-V3's sigmoid router with its bias is not llama.cpp's %s's softmax router", path, arch);
+    bool norm = strcmp(arch, "qwen2moe") != 0;
+    if (!c->norm_topk != !norm)
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: the experts' weights are%s renormalised over the top %d, and llama.cpp's %s %s them",
+                        path, c->norm_topk ? "" : " not", c->experts_top_k, arch, norm ? "renormalises" : "does not renormalise");
+    return DT_OK;
+}
+
+/* A tensor record: its name, dimensions innermost first (cols, rows, then stack: experts; 0: none), f32, and where its
+ * data starts. */
+static void record(buf *b, const char *name, int rows, int cols, int stack, uint64_t offset) {
     put_str(b, name);
-    put_u32(b, cols ? 2 : 1);
+    put_u32(b, stack ? 3 : cols ? 2 : 1);
     put_u64(b, (uint64_t)(cols ? cols : rows));
     if (cols) put_u64(b, (uint64_t)rows);
+    if (stack) put_u64(b, (uint64_t)stack);
     put_u32(b, 0); /* GGML_TYPE_F32 */
     put_u64(b, offset);
 }
@@ -149,8 +175,13 @@ static void copy_rows(float *out, const float *in, int rows, int cols, int hd, b
     }
 }
 
-/* What a tensor is in the file: its rows (the token table's and an untied head's real vocabulary only). */
-static int file_rows(const dt_tensor_info *t, const dt_lm_config *c) { return t->split == DT_SPLIT_VOCAB ? c->vocab_size : t->shape[0]; }
+/* What a tensor is in the file: its rows (the token table's and an untied head's real vocabulary only; an expert's), its
+ * columns (0: a vector) and its experts (0: not stacked). */
+static int file_rows(const dt_tensor_info *t, const dt_lm_config *c) {
+    return t->split == DT_SPLIT_VOCAB ? c->vocab_size : t->stacked ? t->shape[1] : t->shape[0];
+}
+static int file_cols(const dt_tensor_info *t) { return t->ndim >= 2 ? t->shape[t->ndim - 1] : 0; }
+static int file_stack(const dt_tensor_info *t) { return t->stacked ? t->shape[0] : 0; }
 
 /* Each tensor's record (the tied copy's and those without a GGUF name left out) and, with Llama 3.1's scaling
  * (half > 0), rope_freqs' of half values: their count in *ntensors; the data's bytes returned. */
@@ -159,12 +190,13 @@ static size_t tensor_records(buf *recs, const dt_tensor_info *tab, int n, const 
     *ntensors = 0;
     for (int i = 0; i < n; i++) {
         if (tab[i].tied_copy || !tab[i].gguf[0]) continue;
-        record(recs, tab[i].gguf, file_rows(&tab[i], c), tab[i].ndim == 2 ? tab[i].shape[1] : 0, data);
-        data = aligned(data + sizeof(float) * (size_t)file_rows(&tab[i], c) * (size_t)(tab[i].ndim == 2 ? tab[i].shape[1] : 1));
+        int rows = file_rows(&tab[i], c), cols = file_cols(&tab[i]), stack = file_stack(&tab[i]);
+        record(recs, tab[i].gguf, rows, cols, stack, data);
+        data = aligned(data + sizeof(float) * (size_t)rows * (size_t)(cols ? cols : 1) * (size_t)(stack ? stack : 1));
         (*ntensors)++;
     }
     if (half > 0) {
-        record(recs, "rope_freqs.weight", half, 0, data);
+        record(recs, "rope_freqs.weight", half, 0, 0, data);
         data = aligned(data + sizeof(float) * (size_t)half);
         (*ntensors)++;
     }
@@ -178,9 +210,9 @@ static size_t tensor_data(uint8_t *body, const dt_tensor_info *tab, int n, const
     for (int i = 0; i < n; i++) {
         const dt_tensor_info *t = &tab[i];
         if (t->tied_copy || !t->gguf[0]) continue;
-        int rows = file_rows(t, c), cols = t->ndim == 2 ? t->shape[1] : 1;
+        int stack = file_stack(t), rows = file_rows(t, c) * (stack ? stack : 1), cols = file_cols(t) ? file_cols(t) : 1;
         bool qk = pairs && (strstr(t->gguf, ".attn_q.") || strstr(t->gguf, ".attn_k."));
-        copy_rows((float *)(body + at), params + t->offset, rows, cols, c->head_dim, qk);
+        copy_rows((float *)(body + at), params + t->offset, rows, cols, c->head_dim, qk); /* (the experts one after another) */
         at = aligned(at + sizeof(float) * (size_t)rows * (size_t)cols);
     }
     return at;
@@ -205,6 +237,7 @@ dt_status dt_gguf_save(const char *path, dt_gpt2 *m, const dt_bpe *tok) {
     const dt_lm_config *c = dt_program_config(p);
     const char *arch = dt_family_gguf_arch(c->family);
     if (!arch) return dt_error(DT_ERR_UNSUPPORTED, "%s: a GGUF export of the %s family is not in this build", path, dt_family_name(c->family));
+    if ((st = mixture_fits(c, arch, path))) return st;
     int n, ntensors;
     const dt_tensor_info *tab = dt_program_tensors(p, &n);
     buf h = { 0 }, kv = { 0 }, recs = { 0 };

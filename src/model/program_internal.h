@@ -23,8 +23,9 @@ typedef struct {
     dt_width stack;                                   /* W_EXPERTS: one [rows, cols] an expert, stacked (hf's "%%d": the expert) */
     dt_layers layers;                                 /* the layers that hold it (a mixture's, a dense MLP's, all) */
 } dt_tensor_spec;
-/* A mixture's tensor (a router, an expert's stacked weights: stack W_EXPERTS) as a family's spec lists it. */
-#define DT_SPEC_ROUTED(i, name, hf, rows, cols, stack) [i] = { name, hf, rows, cols, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, NULL, stack, DT_LAYERS_MOE }
+/* A mixture's tensor (a router, an expert's stacked weights: stack W_EXPERTS) as a family's spec lists it (gguf: its
+ * llama.cpp name, the experts stacked in one tensor; NULL: none). */
+#define DT_SPEC_ROUTED(i, name, hf, rows, cols, stack, gguf) [i] = { name, hf, rows, cols, DT_SPLIT_NONE, 0, 0, INIT_NORMAL, gguf, stack, DT_LAYERS_MOE }
 
 
 

@@ -69,9 +69,9 @@ static const dt_tensor_spec block_moe[] = {
     DENSE(MFCB, "fcb", "h.%d.mlp.c_fc.bias", W_DFFN, W_NONE, DT_SPLIT_COLUMN, INIT_ZEROS, 0),
     DENSE(MFCPROJW, "fcprojw", "h.%d.mlp.c_proj.weight", W_C, W_DFFN, DT_SPLIT_ROW, INIT_NORMAL, 1),
     DENSE(MFCPROJB, "fcprojb", "h.%d.mlp.c_proj.bias", W_C, W_NONE, DT_SPLIT_NONE, INIT_ZEROS, 0),
-    ROUTED(MROUTERW, "routerw", "h.%d.mlp.router.weight", W_EXPERTS, W_C, W_NONE),
-    ROUTED(MEUPW, "eupw", "h.%d.mlp.experts.%%d.c_fc.weight", W_FFN, W_C, W_EXPERTS),
-    ROUTED(MEDOWNW, "edownw", "h.%d.mlp.experts.%%d.c_proj.weight", W_C, W_FFN, W_EXPERTS),
+    ROUTED(MROUTERW, "routerw", "h.%d.mlp.router.weight", W_EXPERTS, W_C, W_NONE, NULL),
+    ROUTED(MEUPW, "eupw", "h.%d.mlp.experts.%%d.c_fc.weight", W_FFN, W_C, W_EXPERTS, NULL),
+    ROUTED(MEDOWNW, "edownw", "h.%d.mlp.experts.%%d.c_proj.weight", W_C, W_FFN, W_EXPERTS, NULL),
 };
 
 /* the mixture's output and the dense MLP's (the add after reads either), then the dense MLP's own */

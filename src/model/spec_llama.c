@@ -110,27 +110,27 @@ const dt_family dt_family_qwen3 = {
     [d] = { "downw", "model.layers.%d.mlp.down_proj.weight", W_C, W_DFFN, DT_SPLIT_ROW, 0, 0, INIT_NORMAL, NULL, W_NONE, DT_LAYERS_DENSE }
 #define ROUTED DT_SPEC_ROUTED
 /* Qwen 2 MoE's and DeepSeek's router and experts (mlp.gate, mlp.experts.<e>.*), and their shared expert's (under shared) */
-#define MLP_EXPERTS(r, g, u, d)                                                                                \
-    ROUTED(r, "routerw", "model.layers.%d.mlp.gate.weight", W_EXPERTS, W_C, W_NONE),                          \
-    ROUTED(g, "egatew", "model.layers.%d.mlp.experts.%%d.gate_proj.weight", W_FFN, W_C, W_EXPERTS),           \
-    ROUTED(u, "eupw", "model.layers.%d.mlp.experts.%%d.up_proj.weight", W_FFN, W_C, W_EXPERTS),               \
-    ROUTED(d, "edownw", "model.layers.%d.mlp.experts.%%d.down_proj.weight", W_C, W_FFN, W_EXPERTS)
+#define MLP_EXPERTS(r, g, u, d)                                                                                                          \
+    ROUTED(r, "routerw", "model.layers.%d.mlp.gate.weight", W_EXPERTS, W_C, W_NONE, "blk.%d.ffn_gate_inp.weight"),                      \
+    ROUTED(g, "egatew", "model.layers.%d.mlp.experts.%%d.gate_proj.weight", W_FFN, W_C, W_EXPERTS, "blk.%d.ffn_gate_exps.weight"),      \
+    ROUTED(u, "eupw", "model.layers.%d.mlp.experts.%%d.up_proj.weight", W_FFN, W_C, W_EXPERTS, "blk.%d.ffn_up_exps.weight"),            \
+    ROUTED(d, "edownw", "model.layers.%d.mlp.experts.%%d.down_proj.weight", W_C, W_FFN, W_EXPERTS, "blk.%d.ffn_down_exps.weight")
 /* (the shared expert split by tensor parallelism as a dense MLP: gate and up by hidden units, down by its inputs) */
-#define SHARED(i, name, hf, rows, cols, split) [i] = { name, hf, rows, cols, split, 0, 0, INIT_NORMAL, NULL, W_NONE, DT_LAYERS_MOE }
-#define SHARED_EXPERT(shared, g, u, d)                                                                                    \
-    SHARED(g, "sgatew", "model.layers.%d.mlp." shared ".gate_proj.weight", W_SFFN, W_C, DT_SPLIT_COLUMN),                 \
-    SHARED(u, "supw", "model.layers.%d.mlp." shared ".up_proj.weight", W_SFFN, W_C, DT_SPLIT_COLUMN),                     \
-    SHARED(d, "sdownw", "model.layers.%d.mlp." shared ".down_proj.weight", W_C, W_SFFN, DT_SPLIT_ROW)
+#define SHARED(i, name, hf, rows, cols, split, gguf) [i] = { name, hf, rows, cols, split, 0, 0, INIT_NORMAL, gguf, W_NONE, DT_LAYERS_MOE }
+#define SHARED_EXPERT(shared, g, u, d)                                                                                                  \
+    SHARED(g, "sgatew", "model.layers.%d.mlp." shared ".gate_proj.weight", W_SFFN, W_C, DT_SPLIT_COLUMN, "blk.%d.ffn_gate_shexp.weight"), \
+    SHARED(u, "supw", "model.layers.%d.mlp." shared ".up_proj.weight", W_SFFN, W_C, DT_SPLIT_COLUMN, "blk.%d.ffn_up_shexp.weight"),       \
+    SHARED(d, "sdownw", "model.layers.%d.mlp." shared ".down_proj.weight", W_C, W_SFFN, DT_SPLIT_ROW, "blk.%d.ffn_down_shexp.weight")
 
 /* Mixtral (its dense layers in dtrain's own format: Mixtral's has none) */
 enum { MDGATEW = LN2W + 1, MDUPW, MDDOWNW, ROUTERW, EGATEW, EUPW, EDOWNW };
 static const dt_tensor_spec block_moe[] = {
     LLAMA_ATTENTION,
     DENSE_MLP(MDGATEW, MDUPW, MDDOWNW),
-    ROUTED(ROUTERW, "routerw", "model.layers.%d.block_sparse_moe.gate.weight", W_EXPERTS, W_C, W_NONE),
-    ROUTED(EGATEW, "egatew", "model.layers.%d.block_sparse_moe.experts.%%d.w1.weight", W_FFN, W_C, W_EXPERTS),
-    ROUTED(EUPW, "eupw", "model.layers.%d.block_sparse_moe.experts.%%d.w3.weight", W_FFN, W_C, W_EXPERTS),
-    ROUTED(EDOWNW, "edownw", "model.layers.%d.block_sparse_moe.experts.%%d.w2.weight", W_C, W_FFN, W_EXPERTS),
+    ROUTED(ROUTERW, "routerw", "model.layers.%d.block_sparse_moe.gate.weight", W_EXPERTS, W_C, W_NONE, "blk.%d.ffn_gate_inp.weight"),
+    ROUTED(EGATEW, "egatew", "model.layers.%d.block_sparse_moe.experts.%%d.w1.weight", W_FFN, W_C, W_EXPERTS, "blk.%d.ffn_gate_exps.weight"),
+    ROUTED(EUPW, "eupw", "model.layers.%d.block_sparse_moe.experts.%%d.w3.weight", W_FFN, W_C, W_EXPERTS, "blk.%d.ffn_up_exps.weight"),
+    ROUTED(EDOWNW, "edownw", "model.layers.%d.block_sparse_moe.experts.%%d.w2.weight", W_C, W_FFN, W_EXPERTS, "blk.%d.ffn_down_exps.weight"),
 };
 
 /* the mixture's output and the dense MLP's (the same value: the add after reads either), then the dense MLP's own */
@@ -155,10 +155,10 @@ static const dt_tensor_spec block_qwen_moe[] = {
     DENSE_MLP(QDGATEW, QDUPW, QDDOWNW),
     MLP_EXPERTS(QROUTERW, QEGATEW, QEUPW, QEDOWNW),
     SHARED_EXPERT("shared_expert", QSGATEW, QSUPW, QSDOWNW),
-    ROUTED(QSGATEV, "sgatev", "model.layers.%d.mlp.shared_expert_gate.weight", W_ONE, W_C, W_NONE),
-    [QQB] = { "qb", "model.layers.%d.self_attn.q_proj.bias", W_Q, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, NULL, W_NONE, DT_LAYERS_ALL },
-    [QKB] = { "kb", "model.layers.%d.self_attn.k_proj.bias", W_KV, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, NULL, W_NONE, DT_LAYERS_ALL },
-    [QVB] = { "vb", "model.layers.%d.self_attn.v_proj.bias", W_KV, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, NULL, W_NONE, DT_LAYERS_ALL },
+    ROUTED(QSGATEV, "sgatev", "model.layers.%d.mlp.shared_expert_gate.weight", W_ONE, W_C, W_NONE, "blk.%d.ffn_gate_inp_shexp.weight"),
+    [QQB] = { "qb", "model.layers.%d.self_attn.q_proj.bias", W_Q, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, "blk.%d.attn_q.bias", W_NONE, DT_LAYERS_ALL },
+    [QKB] = { "kb", "model.layers.%d.self_attn.k_proj.bias", W_KV, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, "blk.%d.attn_k.bias", W_NONE, DT_LAYERS_ALL },
+    [QVB] = { "vb", "model.layers.%d.self_attn.v_proj.bias", W_KV, W_NONE, DT_SPLIT_COLUMN, 0, 0, INIT_ZEROS, "blk.%d.attn_v.bias", W_NONE, DT_LAYERS_ALL },
 };
 static const dt_op_spec ops_qwen_moe[] = {
     LLAMA_ATTENTION_OPS(QQB),
@@ -169,7 +169,7 @@ const dt_family dt_family_qwen2_moe = {
     .name = "qwen2_moe", .rms = 1, .rotary = 1,
     .embed = embed, .nembed = 1, .block = block_qwen_moe, .nblock = QVB + 1, .final = final, .nfinal = 2,
     .ops = ops_qwen_moe, .nops = sizeof ops_qwen_moe / sizeof *ops_qwen_moe, .values = values_moe, .nvalues = NVALUES_MOE,
-    .hf_arch = "Qwen2MoeForCausalLM", .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
+    .gguf_arch = "qwen2moe", .hf_arch = "Qwen2MoeForCausalLM", .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
 };
 
 /* DeepSeek-V3's mixture with Llama's attention (its MLA is not built): a router and E SwiGLU experts, and beside them
@@ -203,8 +203,8 @@ static const dt_tensor_spec block_qwen3_moe[] = {
     LLAMA_ATTENTION,
     DENSE_MLP(WDGATEW, WDUPW, WDDOWNW),
     MLP_EXPERTS(WROUTERW, WEGATEW, WEUPW, WEDOWNW),
-    [WQNW] = { "qnw", "model.layers.%d.self_attn.q_norm.weight", W_HD, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, NULL, W_NONE, DT_LAYERS_ALL },
-    [WKNW] = { "knw", "model.layers.%d.self_attn.k_norm.weight", W_HD, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, NULL, W_NONE, DT_LAYERS_ALL },
+    [WQNW] = { "qnw", "model.layers.%d.self_attn.q_norm.weight", W_HD, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.attn_q_norm.weight", W_NONE, DT_LAYERS_ALL },
+    [WKNW] = { "knw", "model.layers.%d.self_attn.k_norm.weight", W_HD, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.attn_k_norm.weight", W_NONE, DT_LAYERS_ALL },
 };
 /* a mixture's values, then q|k|v with q and k normed */
 enum { QKVN_MOE = NVALUES_MOE, NVALUES_QWEN3_MOE };
@@ -220,12 +220,12 @@ const dt_family dt_family_qwen3_moe = {
     .name = "qwen3_moe", .rms = 1, .rotary = 1,
     .embed = embed, .nembed = 1, .block = block_qwen3_moe, .nblock = WKNW + 1, .final = final, .nfinal = 2,
     .ops = ops_qwen3_moe, .nops = sizeof ops_qwen3_moe / sizeof *ops_qwen3_moe, .values = values_qwen3_moe,
-    .nvalues = NVALUES_QWEN3_MOE, .hf_arch = "Qwen3MoeForCausalLM", .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
+    .nvalues = NVALUES_QWEN3_MOE, .gguf_arch = "qwen3moe", .hf_arch = "Qwen3MoeForCausalLM", .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
 };
 
 const dt_family dt_family_mixtral = {
     .name = "mixtral", .rms = 1, .rotary = 1,
     .embed = embed, .nembed = 1, .block = block_moe, .nblock = EDOWNW + 1, .final = final, .nfinal = 2,
     .ops = ops_moe, .nops = sizeof ops_moe / sizeof *ops_moe, .values = values_moe, .nvalues = NVALUES_MOE,
-    .hf_arch = "MixtralForCausalLM", .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
+    .gguf_arch = "llama", .gguf_pairs = 1, .hf_arch = "MixtralForCausalLM", .hf_module_prefix = "", .lora_targets = "q_proj,v_proj",
 };
