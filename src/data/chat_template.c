@@ -98,7 +98,8 @@ int dt_chat_last_query(const cJSON *messages) {
     for (int i = n - 1; i >= 0; i--) {
         const cJSON *m = cJSON_GetArrayItem(messages, i), *role = cJSON_GetObjectItemCaseSensitive(m, "role"),
                     *c = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (!cJSON_IsString(role) || strcmp(role->valuestring, "user") || !cJSON_IsString(c)) continue;
+        if (!cJSON_IsString(role) || strcmp(role->valuestring, "user")) continue;
+        if (!cJSON_IsString(c)) return i; /* (text parts: a query, as a server joins them into the text the template reads) */
         size_t len = strlen(c->valuestring);
         bool tool = !strncmp(c->valuestring, "<tool_response>", 15) && len >= 16 && !strcmp(c->valuestring + len - 16, "</tool_response>");
         if (!tool) return i;
