@@ -326,6 +326,33 @@ if start chatml "$dir/chatml" --threads 1 --slots 2; then
         fail "ChatML chat '$pa' against the template's completion '$pb': $chat"
     kill -TERM $spid; wait $spid
 fi
+# ---- the same model with Qwen 3's template (tests/fixtures/sft/qwen3_prompts.json holds it): chats by it, thinking off
+# ending the prompt with an empty think block; an answer that does not open with <think> is all content, whole and
+# streamed alike (the split of one that does: test_sft) ----
+mkdir -p "$dir/qwen3" && cp "$dir/chatml/"* "$dir/qwen3/"
+python3 -c 'import json, sys; t = json.load(open(sys.argv[1]))["chat_template"]; json.dump({"chat_template": t, "eos_token": "<|endoftext|>"}, open(sys.argv[2], "w"))' \
+    "$FIX/sft/qwen3_prompts.json" "$dir/qwen3/tokenizer_config.json"
+if start qwen3 "$dir/qwen3" --threads 1 --slots 2; then
+    grep -q "chats by the model's Qwen 3 (thinking" "$dir/qwen3.err" && ok "serve says it renders chats by the model's Qwen 3 template" ||
+        fail "no Qwen 3 line: $(cat "$dir/qwen3.err")"
+    body='{"messages":[{"role":"user","content":"The "}],"max_tokens":8,"temperature":0,"chat_template_kwargs":{"enable_thinking":false}'
+    chat=$(curl -s "http://127.0.0.1:$port/v1/chat/completions" -d "$body}")
+    streamed=$(curl -s -N "http://127.0.0.1:$port/v1/chat/completions" -d "$body,\"stream\":true}" | python3 -c '
+import json, sys
+t, r = "", 0
+for line in sys.stdin:
+    if line.startswith("data: ") and line.strip() != "data: [DONE]":
+        d = json.loads(line[6:])["choices"][0]["delta"]; t += d.get("content") or ""; r += "reasoning_content" in d
+print(r, t, end="")')
+    q3='<|im_start|>user\nThe <|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n'
+    want=$(post "{\"prompt\":\"$q3\",\"max_tokens\":8,\"temperature\":0,\"stop\":\"<|im_end|>\"}")
+    pa=$(echo "$chat" | python3 -c 'import json,sys; c=json.load(sys.stdin); m=c["choices"][0]["message"]; print(c["usage"]["prompt_tokens"], "reasoning_content" in m, m["content"])')
+    pb=$(echo "$want" | python3 -c 'import json,sys; c=json.load(sys.stdin); print(c["usage"]["prompt_tokens"], False, c["choices"][0]["text"])')
+    [ -n "$pa" ] && [ "$pa" = "$pb" ] && [ "$streamed" = "0 ${pa#* False }" ] &&
+        ok "/v1/chat/completions by Qwen 3's template, thinking off: the completion of its text, no reasoning, streamed alike ($pa)" ||
+        fail "Qwen 3 chat '$pa' (streamed '$streamed') against the template's completion '$pb': $chat"
+    kill -TERM $spid; wait $spid
+fi
 
 # ---- OpenAI's Python client ----
 if ! python3 -c 'import openai' 2> /dev/null && [ -n "$PYDIR" ]; then

@@ -334,6 +334,50 @@ static void check_qwen3(const char *dir) {
     dt_bpe_destroy(tok);
 }
 
+/* The server's split of a thinking model's answer (vLLM's Qwen 3 parser's: the bytes between <think> and </think> the
+ * reasoning, the rest the content), whole and as a stream fed a byte at a time and 3 at a time: what is sent is at every
+ * step the start of the whole answer's reasoning and content (no piece of a marker sent as text), and at the end all of
+ * them. */
+static bool stream_matches(const char *text, size_t step, const char *want_r, const char *want_c) {
+    size_t n = strlen(text), sent_r = 0, sent_c = 0;
+    char r[256] = "", c[256] = "";
+    for (size_t upto = 0; upto <= n; upto = upto == n ? n + 1 : upto + step > n ? n : upto + step) {
+        serve_split s;
+        size_t r_at, r_n, c_at, c_n;
+        serve_reasoning_split(text, upto, upto == n, &s);
+        serve_reasoning_next(&s, sent_r, sent_c, &r_at, &r_n, &c_at, &c_n);
+        strncat(r, text + r_at, r_n), strncat(c, text + c_at, c_n);
+        if (strncmp(r, want_r, strlen(r)) || strncmp(c, want_c, strlen(c))) return false; /* (what was sent is never taken back) */
+        sent_r += r_n, sent_c += c_n;
+    }
+    return !strcmp(r, want_r) && !strcmp(c, want_c);
+}
+
+static void check_reasoning_split(void) {
+    static const struct { const char *text, *reasoning, *content; bool thinks; } cases[] = {
+        { "<think>\nTwo and two.\n</think>\n\n4.", "\nTwo and two.\n", "\n\n4.", true },
+        { "Plain words.", "", "Plain words.", false },
+        { "<think>cut short </thi", "cut short </thi", "", true },
+        { "<thi", "", "<thi", false },
+        { "<think></think>Yes", "", "Yes", true },
+        { "a <think>b</think> c", "", "a <think>b</think> c", false },
+    };
+    int good = 0, n = (int)(sizeof cases / sizeof *cases);
+    for (int k = 0; k < n; k++) {
+        serve_split s;
+        const char *t = cases[k].text;
+        serve_reasoning_split(t, strlen(t), true, &s);
+        bool ok = s.thinks == cases[k].thinks && s.r1 - s.r0 == strlen(cases[k].reasoning) && !strncmp(t + s.r0, cases[k].reasoning, s.r1 - s.r0) &&
+                  !strcmp(t + s.c0, cases[k].content) && stream_matches(t, 1, cases[k].reasoning, cases[k].content) &&
+                  stream_matches(t, 3, cases[k].reasoning, cases[k].content);
+        if (!ok) printf("   case %d (%s) differs\n", k, t);
+        good += ok;
+    }
+    char what[120];
+    snprintf(what, sizeof what, "serve: %d of %d thinking answers split into reasoning and content, whole and streamed", good, n);
+    check(what, good == n, NULL);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "tests/fixtures";
     /* a cache of this run's own: rows kept by an earlier build would hide what this one's rendering makes */
@@ -344,6 +388,7 @@ int main(int argc, char **argv) {
     check_packed(dir);
     check_cache(dir);
     check_qwen3(dir);
+    check_reasoning_split();
     refused(dir, "refused: a line that is not JSON", "{\"messages\": [", DT_CHAT_CHATML, "not JSON");
     refused(dir, "refused: a line without messages or prompt and completion", "{\"text\": \"hi\"}", DT_CHAT_CHATML, "neither");
     refused(dir, "refused: a role that is not system, user or assistant",

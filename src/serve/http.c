@@ -27,6 +27,7 @@ typedef struct {
     int refs;          /* the request and its callback response */
     char *out;         /* bytes ready for the client */
     size_t out_len, out_off, sent;
+    size_t sent_r, sent_c; /* a thinking model's stream: the reasoning's and the content's bytes sent */
     bool finished;     /* the last bytes are in out */
     long created;
     int chunks;        /* completion objects made so far (a chat stream's first names the role) */
@@ -96,22 +97,23 @@ static enum MHD_Result abort_upload(serve_http *h, struct MHD_Connection *c, uns
 static const char *finish_reason(const serve_job *j) { return j->why == DT_FINISH_STOP ? "stop" : "length"; }
 
 /* A choice's text: a completion's "text"; a chat's "message" (whole) or "delta" (a streamed chunk; the first also
- * names the role, the last is empty). */
-static void choice_text(cJSON *ch, bool chat, bool whole, bool first, const char *text) {
+ * names the role, the last is empty), with a thinking model's reasoning_content where it has one (NULL: none). */
+static void choice_text(cJSON *ch, bool chat, bool whole, bool first, const char *text, const char *reasoning) {
     if (!chat) {
         cJSON_AddStringToObject(ch, "text", text);
         return;
     }
     cJSON *m = cJSON_AddObjectToObject(ch, whole ? "message" : "delta");
     if (whole || first) cJSON_AddStringToObject(m, "role", "assistant");
-    if (whole || *text || first) cJSON_AddStringToObject(m, "content", text);
+    if (reasoning) cJSON_AddStringToObject(m, "reasoning_content", reasoning);
+    if (whole || *text || (first && !reasoning)) cJSON_AddStringToObject(m, "content", text);
 }
 
 /* A completion object (a chat's: chat.completion, streamed as chat.completion.chunk): the whole one (usage
- * included) or a streamed chunk of text. */
-static char *completion_json(conn_state *cs, const char *text, size_t n, const char *reason, bool usage) {
+ * included) or a streamed chunk of text (and of reasoning: rn bytes at reasoning, NULL: none). */
+static char *completion_json(conn_state *cs, const char *text, size_t n, const char *reasoning, size_t rn, const char *reason, bool usage) {
     size_t m;
-    char *clean = dt_utf8_clean(text, n, &m);
+    char *clean = dt_utf8_clean(text, n, &m), *rclean = reasoning ? dt_utf8_clean(reasoning, rn, &m) : NULL;
     bool chat = cs->job->p.chat, whole = !cs->job->p.stream;
     cJSON *o = cJSON_CreateObject(), *choices, *ch;
     char id[40];
@@ -124,7 +126,7 @@ static char *completion_json(conn_state *cs, const char *text, size_t n, const c
     ch = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, ch);
     cJSON_AddNumberToObject(ch, "index", 0);
-    choice_text(ch, chat, whole, cs->chunks++ == 0, clean ? clean : "");
+    choice_text(ch, chat, whole, cs->chunks++ == 0, clean ? clean : "", reasoning ? rclean ? rclean : "" : NULL);
     cJSON_AddNullToObject(ch, "logprobs");
     if (reason) cJSON_AddStringToObject(ch, "finish_reason", reason);
     else cJSON_AddNullToObject(ch, "finish_reason");
@@ -136,7 +138,7 @@ static char *completion_json(conn_state *cs, const char *text, size_t n, const c
     }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    free(clean);
+    free(clean), free(rclean);
     return s;
 }
 
@@ -161,6 +163,37 @@ static bool peer_closed(struct MHD_Connection *c) {
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+/* Under the job's lock, a thinking model's chat answer: a stream's newly settled reasoning and content, and the last
+ * chunk; or the whole message with its reasoning_content. */
+static void produce_thinking(conn_state *cs, bool done) {
+    serve_job *j = cs->job;
+    serve_split sp;
+    serve_reasoning_split(j->text, done ? j->len : j->visible, done, &sp);
+    char *s = NULL;
+    if (!j->p.stream) {
+        if (!done) return;
+        s = completion_json(cs, j->text + sp.c0, j->len - sp.c0, sp.thinks ? j->text + sp.r0 : NULL, sp.r1 - sp.r0, finish_reason(j), true);
+        out_append(cs, s, "\n", NULL);
+        free(s);
+        cs->finished = true;
+        return;
+    }
+    size_t r_at, r_new, c_at, c_new;
+    serve_reasoning_next(&sp, cs->sent_r, cs->sent_c, &r_at, &r_new, &c_at, &c_new);
+    if (r_new || c_new) {
+        s = completion_json(cs, j->text + c_at, c_new, r_new ? j->text + r_at : NULL, r_new, NULL, false);
+        out_append(cs, "data: ", s, "\n\n");
+        free(s);
+        cs->sent_r += r_new, cs->sent_c += c_new;
+    }
+    cs->sent = j->visible;
+    if (!done) return;
+    s = completion_json(cs, "", 0, NULL, 0, finish_reason(j), false);
+    out_append(cs, "data: ", s, "\n\ndata: [DONE]\n\n");
+    free(s);
+    cs->finished = true;
+}
+
 /* Under the job's lock: what the client gets next (a stream's new text; the whole completion once done). */
 static void produce(conn_state *cs) {
     serve_job *j = cs->job;
@@ -177,14 +210,20 @@ static void produce(conn_state *cs) {
         cs->finished = true;
         return;
     }
+    const dt_chat_template *t = dt_chat_template_of(cs->h->vocab->chat);
+    if (j->p.chat && t && t->no_think) { /* (a thinking model's reasoning in reasoning_content) */
+        produce_thinking(cs, done);
+        return;
+    }
     if (j->p.stream && j->visible > cs->sent) {
-        char *s = completion_json(cs, j->text + cs->sent, j->visible - cs->sent, NULL, false);
+        char *s = completion_json(cs, j->text + cs->sent, j->visible - cs->sent, NULL, 0, NULL, false);
         out_append(cs, "data: ", s, "\n\n");
         free(s);
         cs->sent = j->visible;
     }
     if (!done) return;
-    char *s = j->p.stream ? completion_json(cs, "", 0, finish_reason(j), false) : completion_json(cs, j->text, j->len, finish_reason(j), true);
+    char *s = j->p.stream ? completion_json(cs, "", 0, NULL, 0, finish_reason(j), false)
+                          : completion_json(cs, j->text, j->len, NULL, 0, finish_reason(j), true);
     if (j->p.stream) out_append(cs, "data: ", s, "\n\ndata: [DONE]\n\n");
     else out_append(cs, s, "\n", NULL);
     free(s);

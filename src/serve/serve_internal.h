@@ -46,6 +46,17 @@ dt_status serve_params_parse(const char *body, size_t len, const serve_vocab *v,
  * *out). */
 struct cJSON;
 dt_status serve_chat_prompt(const struct cJSON *messages, dt_chat_kind chat, bool thinking, char **out, size_t *len);
+/* A thinking model's answer split (reasoning.c): its reasoning [r0, r1) (thinks: it opened with <think>) and its
+ * content from c0; the first settled bytes are known (final: the answer is whole; before that a stream holds back what
+ * could still be a marker). */
+typedef struct {
+    bool thinks;
+    size_t r0, r1, c0, settled;
+} serve_split;
+void serve_reasoning_split(const char *text, size_t n, bool final, serve_split *s);
+/* A stream's next pieces by split s, sent_r and sent_c bytes of the reasoning and the content sent before: the
+ * reasoning's r_n new bytes at text + r_at, the content's c_n at text + c_at. */
+void serve_reasoning_next(const serve_split *s, size_t sent_r, size_t sent_c, size_t *r_at, size_t *r_n, size_t *c_at, size_t *c_n);
 /* The stop sequence a chat answer gets beside the request's own: the model starting the next turn. */
 #define SERVE_CHAT_STOP "\nUser:"
 
