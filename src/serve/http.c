@@ -167,12 +167,13 @@ static bool peer_closed(struct MHD_Connection *c) {
  * chunk; or the whole message with its reasoning_content. */
 static void produce_thinking(conn_state *cs, bool done) {
     serve_job *j = cs->job;
+    const char *text = j->text ? j->text : ""; /* (none before the first token) */
     serve_split sp;
-    serve_reasoning_split(j->text, done ? j->len : j->visible, done, &sp);
+    serve_reasoning_split(text, done ? j->len : j->visible, done, &sp);
     char *s = NULL;
     if (!j->p.stream) {
         if (!done) return;
-        s = completion_json(cs, j->text + sp.c0, j->len - sp.c0, sp.thinks ? j->text + sp.r0 : NULL, sp.r1 - sp.r0, finish_reason(j), true);
+        s = completion_json(cs, text + sp.c0, j->len - sp.c0, sp.thinks ? text + sp.r0 : NULL, sp.r1 - sp.r0, finish_reason(j), true);
         out_append(cs, s, "\n", NULL);
         free(s);
         cs->finished = true;
@@ -181,7 +182,7 @@ static void produce_thinking(conn_state *cs, bool done) {
     size_t r_at, r_new, c_at, c_new;
     serve_reasoning_next(&sp, cs->sent_r, cs->sent_c, &r_at, &r_new, &c_at, &c_new);
     if (r_new || c_new) {
-        s = completion_json(cs, j->text + c_at, c_new, r_new ? j->text + r_at : NULL, r_new, NULL, false);
+        s = completion_json(cs, text + c_at, c_new, r_new ? text + r_at : NULL, r_new, NULL, false);
         out_append(cs, "data: ", s, "\n\n");
         free(s);
         cs->sent_r += r_new, cs->sent_c += c_new;

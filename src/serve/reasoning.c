@@ -20,6 +20,7 @@ static size_t partial_close(const char *a, size_t n) {
 void serve_reasoning_split(const char *t, size_t n, bool final, serve_split *s) {
     size_t o = strlen(OPEN);
     *s = (serve_split){ 0 };
+    if (n == 0) return; /* (no text yet: t may be NULL) */
     if (n < o && !memcmp(t, OPEN, n) && !final) return; /* perhaps the opening marker: nothing known yet */
     if (n < o || memcmp(t, OPEN, o)) { /* no reasoning */
         s->settled = n;
