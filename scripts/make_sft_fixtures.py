@@ -11,6 +11,7 @@ Writes tests/fixtures/sft/:
   qwen3_chat.jsonl       chats for Qwen 3's template (thinking in the content, as reasoning_content, none), and
   qwen3_chat.safetensors TRL's "ids.<k>" and "labels.<k>" of each (SFTTrainer trains with TRL's training form of it)
   qwen3_prompts.json     Qwen 3's template (TRL's copy) and the prompts it renders for generation, thinking on and off
+  qwen2_5_*              the same for Qwen 2.5's template (its system turn where a chat has none)
   packed.safetensors     packing=True (best-fit decreasing, max_length 64, TRL's padding-free collator): the weights, of
                          one batch of every packed row "loss" and "grad.<name>", and per row "ids.<k>", "labels.<k>",
                          "pos.<k>" (each example's positions from 0); "loss_unpacked": the same examples unpacked
@@ -69,6 +70,15 @@ QWEN3_PROMPTS = [
      {"role": "assistant", "content": "Yes again."}, {"role": "assistant", "content": "No <think>x</think>\n\nmore."}],
     [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}],
 ]
+# Qwen 2.5's template (TRL's copy, trl/chat_templates/qwen2_5.jinja; SFTTrainer trains with qwen2_5_training.jinja):
+# its system turn where a chat has none
+QWEN25_CHATS = CHATS
+QWEN25_PROMPTS = [
+    [{"role": "user", "content": "Hello there"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"},
+     {"role": "assistant", "content": "4."}, {"role": "user", "content": "And 3 + 3?"}],
+    [{"role": "user", "content": "Say yes."}, {"role": "assistant", "content": "Yes."}],
+]
 COMPLETIONS = [
     {"prompt": "Question: the capital of France?\nAnswer:", "completion": " Paris."},
     {"prompt": "In the beginning", "completion": " God created the heaven and the earth."},
@@ -125,39 +135,39 @@ def case(name, rows, tok, folder, out):
     print(f"{name}: {len(rows)} examples, loss {loss.item():.6f}, scored {int((batch['labels'] != -100).sum())} tokens")
 
 
-def qwen3_case(folder, out):
-    """TRL's tokens and labels for QWEN3_CHATS (qwen3_chat.jsonl, qwen3_chat.safetensors: "ids.<k>", "labels.<k>") and the
-    original template's generation prompts (qwen3_prompts.json: the template, and each case's messages, enable_thinking
-    and text)."""
+def template_case(folder, out, name, chats, prompts):
+    """TRL's tokens and labels for chats by TRL's copy of a template (chat_templates/<name>.jinja; SFTTrainer trains with
+    its training form): <name>_chat.jsonl, <name>_chat.safetensors ("ids.<k>", "labels.<k>"), and the template's
+    generation prompts, <name>_prompts.json (the template, and each case's messages, enable_thinking and text)."""
     import trl
-    template = open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen3.jinja")).read()
+    template = open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", name + ".jinja")).read()
     tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(out, "tokenizer.json"), eos_token="<|endoftext|>",
                                   pad_token="<|endoftext|>")
     tok.chat_template = template
-    with open(os.path.join(out, "qwen3_chat.jsonl"), "w") as f:
-        for r in QWEN3_CHATS:
+    with open(os.path.join(out, name + "_chat.jsonl"), "w") as f:
+        for r in chats:
             f.write(json.dumps({"messages": r}) + "\n")
     torch.manual_seed(3)
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
                       num_key_value_heads=2, max_position_embeddings=128)
     args = SFTConfig(output_dir=os.path.join(folder, "run"), max_length=MAX, assistant_only_loss=True, packing=False,
-                     per_device_train_batch_size=len(QWEN3_CHATS), report_to=[], use_cpu=True, dataset_num_proc=None)
-    trainer = SFTTrainer(model=LlamaForCausalLM(cfg), args=args, train_dataset=Dataset.from_list([{"messages": r} for r in QWEN3_CHATS]),
+                     per_device_train_batch_size=len(chats), report_to=[], use_cpu=True, dataset_num_proc=None)
+    trainer = SFTTrainer(model=LlamaForCausalLM(cfg), args=args, train_dataset=Dataset.from_list([{"messages": r} for r in chats]),
                          processing_class=tok)
-    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(QWEN3_CHATS))])
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(chats))])
     tensors = {}
-    for k in range(len(QWEN3_CHATS)):
+    for k in range(len(chats)):
         n = int(batch["attention_mask"][k].sum())
         tensors[f"ids.{k}"] = batch["input_ids"][k, :n].to(torch.int32).contiguous()
         tensors[f"labels.{k}"] = batch["labels"][k, :n].to(torch.int32).contiguous()
-    save_file(tensors, os.path.join(out, "qwen3_chat.safetensors"))
+    save_file(tensors, os.path.join(out, name + "_chat.safetensors"))
     cases = [{"messages": m, "enable_thinking": think,
               "text": tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True, enable_thinking=think)}
-             for m in QWEN3_PROMPTS for think in (True, False)]
-    with open(os.path.join(out, "qwen3_prompts.json"), "w") as f:
+             for m in prompts for think in (True, False)]
+    with open(os.path.join(out, name + "_prompts.json"), "w") as f:
         json.dump({"chat_template": template, "cases": cases}, f, indent=1)
         f.write("\n")
-    print(f"qwen3: {len(QWEN3_CHATS)} chats, scored {int((batch['labels'] != -100).sum())} tokens; {len(cases)} prompts")
+    print(f"{name}: {len(chats)} chats, scored {int((batch['labels'] != -100).sum())} tokens; {len(cases)} prompts")
 
 
 def packed_case(tok, folder, out):
@@ -196,11 +206,13 @@ def packed_case(tok, folder, out):
 
 
 def main():
-    """Every fixture, or (with "qwen3" on the command line) Qwen 3's only."""
+    """Every fixture, or (with "qwen3" or "qwen2_5" on the command line) those templates' only."""
     import sys
-    if sys.argv[1:] == ["qwen3"]:
+    cases = {"qwen3": (QWEN3_CHATS, QWEN3_PROMPTS), "qwen2_5": (QWEN25_CHATS, QWEN25_PROMPTS)}
+    if sys.argv[1:] and all(a in cases for a in sys.argv[1:]):
         with tempfile.TemporaryDirectory() as tmp:
-            qwen3_case(tmp, OUT)
+            for a in sys.argv[1:]:
+                template_case(tmp, OUT, a, *cases[a])
         return
     os.makedirs(OUT, exist_ok=True)
     shutil.copy(os.path.join(HERE, "..", "tests", "fixtures", "tokenizer", "qwen2.json"), os.path.join(OUT, "tokenizer.json"))
@@ -223,7 +235,8 @@ def main():
         case("chat", CHATS, tok, tmp, OUT)
         case("completion", COMPLETIONS, tok, tmp, OUT)
         packed_case(tok, tmp, OUT)
-        qwen3_case(tmp, OUT)
+        template_case(tmp, OUT, "qwen3", QWEN3_CHATS, QWEN3_PROMPTS)
+        template_case(tmp, OUT, "qwen2_5", QWEN25_CHATS, QWEN25_PROMPTS)
 
 
 if __name__ == "__main__":

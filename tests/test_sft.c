@@ -285,46 +285,49 @@ static void refused(const char *dir, const char *what, const char *line, dt_chat
     unlink(path);
 }
 
-/* Qwen 3's template (qwen3_prompts.json holds TRL's copy of it): its markers name it; the chats' tokens and scored
- * targets are TRL's (SFTTrainer with its training form: every answer's think block scored, and the newline after
- * <|im_end|>); each generation prompt, thinking on and off, is the template's text to the byte. */
-static void check_qwen3(const char *dir) {
-    char path[600], what[160], *text = NULL;
+/* Qwen 3's and Qwen 2.5's templates (<name>_prompts.json holds TRL's copy of each): its markers name it; the chats'
+ * tokens and scored targets are TRL's (SFTTrainer with its training form: Qwen 3's every answer's think block scored,
+ * and the newline after <|im_end|>; Qwen 2.5's the newline after the head too, and its system turn where a chat has
+ * none); each generation prompt (thinking on and off) is the template's text to the byte. */
+static void check_template(const char *dir, const char *name, dt_chat_kind want, size_t nchats, int nprompts) {
+    char path[600], what[200], *text = NULL;
     dt_bpe *tok = NULL;
     dt_chat_kind chat = DT_CHAT_NONE, ignored;
     int eos;
     dt_sft *d = NULL;
     dt_safetensors *f = NULL;
-    snprintf(path, sizeof path, "%s/sft/qwen3_prompts.json", dir);
+    snprintf(path, sizeof path, "%s/sft/%s_prompts.json", dir, name);
     dt_status st = load_tokenizer(dir, &tok, &ignored, &eos);
     if (!st) st = dt_file_read_text(path, 1 << 20, &text, NULL);
     cJSON *j = st ? NULL : cJSON_Parse(text);
     const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(j, "chat_template"), *cases = cJSON_GetObjectItemCaseSensitive(j, "cases"), *c;
     if (!st && (!cJSON_IsString(tmpl) || !cJSON_IsArray(cases))) st = dt_error(DT_ERR_IO, "%s: no chat_template or cases", path);
     if (!st) st = dt_chat_kind_of_template(tmpl->valuestring, path, &chat);
-    if (!st) check("qwen3: Qwen 3's chat_template is recognised as qwen3", chat == DT_CHAT_QWEN3, NULL);
-    snprintf(path, sizeof path, "%s/sft/qwen3_chat.jsonl", dir);
+    snprintf(what, sizeof what, "%s: the template's markers name it", name);
+    if (!st) check(what, chat == want, NULL);
+    snprintf(path, sizeof path, "%s/sft/%s_chat.jsonl", dir, name);
     if (!st) st = dt_sft_load(path, tok, chat, eos, T, &d);
-    snprintf(path, sizeof path, "%s/sft/qwen3_chat.safetensors", dir);
+    snprintf(path, sizeof path, "%s/sft/%s_chat.safetensors", dir, name);
     if (!st) st = dt_safetensors_open(path, &f);
-    if (!st) check("qwen3: 4 chats' tokens and scored targets are TRL's (its training form of the template)", rows_match(d, f, 4), NULL);
+    snprintf(what, sizeof what, "%s: %zu chats' tokens and scored targets are TRL's (its training form of the template)", name, nchats);
+    if (!st) check(what, rows_match(d, f, nchats), NULL);
     int k = 0, good = 0;
     cJSON_ArrayForEach(c, cases) {
-        const cJSON *want = cJSON_GetObjectItemCaseSensitive(c, "text");
+        const cJSON *want_text = cJSON_GetObjectItemCaseSensitive(c, "text");
         char *got = NULL;
         size_t n = 0;
-        if (st || !cJSON_IsString(want)) break;
+        if (st || !cJSON_IsString(want_text)) break;
         st = serve_chat_prompt(cJSON_GetObjectItemCaseSensitive(c, "messages"), chat,
                                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "enable_thinking")), &got, &n);
-        if (!st && strcmp(got, want->valuestring)) printf("   case %d: %s\n   the template's: %s\n", k, got, want->valuestring);
-        good += !st && !strcmp(got, want->valuestring);
+        if (!st && strcmp(got, want_text->valuestring)) printf("   case %d: %s\n   the template's: %s\n", k, got, want_text->valuestring);
+        good += !st && !strcmp(got, want_text->valuestring);
         free(got);
         k++;
     }
-    snprintf(what, sizeof what, "qwen3: %d of %d generation prompts (thinking on and off) are the template's", good, k);
-    if (!st) check(what, k == 10 && good == k, NULL);
+    snprintf(what, sizeof what, "%s: %d of %d generation prompts (thinking on and off) are the template's", name, good, k);
+    if (!st) check(what, k == nprompts && good == k, NULL);
     if (st) {
-        printf("FAIL qwen3: %s\n", dt_last_error());
+        printf("FAIL %s: %s\n", name, dt_last_error());
         failed++;
     }
     cJSON_Delete(j);
@@ -387,7 +390,8 @@ int main(int argc, char **argv) {
     check_case(dir, "completion", 3);
     check_packed(dir);
     check_cache(dir);
-    check_qwen3(dir);
+    check_template(dir, "qwen3", DT_CHAT_QWEN3, 4, 10);
+    check_template(dir, "qwen2_5", DT_CHAT_QWEN25, 4, 6);
     check_reasoning_split();
     refused(dir, "refused: a line that is not JSON", "{\"messages\": [", DT_CHAT_CHATML, "not JSON");
     refused(dir, "refused: a line without messages or prompt and completion", "{\"text\": \"hi\"}", DT_CHAT_CHATML, "neither");

@@ -74,19 +74,20 @@ dt_status dt_bpe_for_model(const char *encoder_json, const char *vocab_bpe, int 
 /* Supervised fine-tuning data (data/sft.c; tok NULL: a byte-level model's bytes, prompts and completions only): a JSONL file of chats ({"messages": [{"role", "content"}, ...]}) or
  * prompts and completions ({"prompt", "completion"}), one example a row of T inputs and T targets, the targets not
  * scored (prompts, the user's and system's turns, padding) DT_IGNORE_INDEX, as TRL's SFTTrainer scores them; chats
- * rendered by a chat template of the documented subset (chatml, llama3, qwen3), prompts and completions as TRL tokenizes
+ * rendered by a chat template of the documented subset (chatml, llama3, qwen3, qwen2.5), prompts and completions as TRL tokenizes
  * them (eos: the end-of-text id appended to a completion, -1: none). Bad lines are refused naming the file and line. */
-typedef enum { DT_CHAT_NONE = 0, DT_CHAT_CHATML, DT_CHAT_LLAMA3, DT_CHAT_QWEN3 } dt_chat_kind;
+typedef enum { DT_CHAT_NONE = 0, DT_CHAT_CHATML, DT_CHAT_LLAMA3, DT_CHAT_QWEN3, DT_CHAT_QWEN25 } dt_chat_kind;
 dt_status dt_chat_kind_parse(const char *name, dt_chat_kind *out);
 /* Which of the subset a tokenizer_config.json's Jinja chat_template is (by its markers), or an error naming where. */
 dt_status dt_chat_kind_of_template(const char *jinja, const char *where, dt_chat_kind *out);
 /* A template's pieces (data/chat_template.c): the text before the first message; a turn's head (printf's %s: the
  * role); the end of a turn (an answer ends with it); what follows that; Qwen 3's empty think block (NULL: the template
- * has none), which a generation prompt ends with when thinking is off; whether a content is trimmed; whether training
- * scores what follows an answer's end (TRL's training form of Qwen 3's template does). NULL: none. */
+ * has none), which a generation prompt ends with when thinking is off; the system turn's text written where a chat has
+ * none (Qwen 2.5's; NULL: none); whether a content is trimmed; whether training scores what follows an answer's end
+ * (TRL's training forms of Qwen's templates do), and the newline that ends an answer's head (Qwen 2.5's). NULL: none. */
 typedef struct {
-    const char *begin, *head, *end, *after, *no_think;
-    int trim, after_scored;
+    const char *begin, *head, *end, *after, *no_think, *default_system;
+    int trim, after_scored, head_nl_scored;
 } dt_chat_template;
 const dt_chat_template *dt_chat_template_of(dt_chat_kind k);
 /* A message's content as the template writes it ([*start, *start + *n) of c). */

@@ -25,7 +25,7 @@ static void usage(void) {
            "checkpoint directory. OpenAI's completions API:\n"
            "  POST /v1/completions  {\"prompt\", \"max_tokens\" (16), \"temperature\" (1), \"top_p\" (1), \"top_k\" (0: all),\n"
            "                         \"seed\" (0), \"stop\", \"stream\", \"echo\"}\n"
-           "  POST /v1/chat/completions  {\"messages\", ...} by the model's chat template (ChatML, Llama 3, Qwen 3: its\n"
+           "  POST /v1/chat/completions  {\"messages\", ...} by the model's chat template (ChatML, Llama 3, Qwen 2.5, Qwen 3: its\n"
            "                         reasoning in reasoning_content; \"chat_template_kwargs\": {\"enable_thinking\": false})\n"
            "  GET /health, GET /metrics (Prometheus), GET /v1/models\n"
            "--context N: the positions a request holds, each slot's cache (default: the model's, at most 4096).\n"

@@ -9,6 +9,8 @@
  *           an empty think block when thinking is off (enable_thinking false); for training (TRL's training form of
  *           it) every answer has its block, and the answer's scored part runs from <think> to the newline after
  *           <|im_end|>.
+ *   qwen2.5 ChatML with Qwen 2.5's system turn where a chat has none; for training (TRL's training form) an answer's
+ *           scored part runs from the newline after its head's role to the newline after <|im_end|>.
  * Which one a model has: its tokenizer_config.json's chat_template, recognised by its markers. */
 #include "dtrain/data.h"
 #include "dtrain/io.h"
@@ -19,31 +21,36 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Qwen 2.5's system turn where a chat has none (its template writes it) */
+#define QWEN25_SYSTEM "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 static const dt_chat_template templates[] = {
-    [DT_CHAT_CHATML] = { "", "<|im_start|>%s\n", "<|im_end|>", "\n", NULL, 0, 0 },
-    [DT_CHAT_LLAMA3] = { "<|begin_of_text|>", "<|start_header_id|>%s<|end_header_id|>\n\n", "<|eot_id|>", "", NULL, 1, 0 },
-    [DT_CHAT_QWEN3] = { "", "<|im_start|>%s\n", "<|im_end|>", "\n", "<think>\n\n</think>\n\n", 0, 1 },
+    [DT_CHAT_CHATML] = { "", "<|im_start|>%s\n", "<|im_end|>", "\n", NULL, NULL, 0, 0, 0 },
+    [DT_CHAT_LLAMA3] = { "<|begin_of_text|>", "<|start_header_id|>%s<|end_header_id|>\n\n", "<|eot_id|>", "", NULL, NULL, 1, 0, 0 },
+    [DT_CHAT_QWEN3] = { "", "<|im_start|>%s\n", "<|im_end|>", "\n", "<think>\n\n</think>\n\n", NULL, 0, 1, 0 },
+    [DT_CHAT_QWEN25] = { "", "<|im_start|>%s\n", "<|im_end|>", "\n", NULL, QWEN25_SYSTEM, 0, 1, 1 },
 };
 
 const dt_chat_template *dt_chat_template_of(dt_chat_kind k) {
-    return k == DT_CHAT_CHATML || k == DT_CHAT_LLAMA3 || k == DT_CHAT_QWEN3 ? &templates[k] : NULL;
+    return k == DT_CHAT_CHATML || k == DT_CHAT_LLAMA3 || k == DT_CHAT_QWEN3 || k == DT_CHAT_QWEN25 ? &templates[k] : NULL;
 }
 
 dt_status dt_chat_kind_parse(const char *name, dt_chat_kind *out) {
     if (!strcmp(name, "chatml")) *out = DT_CHAT_CHATML;
     else if (!strcmp(name, "llama3")) *out = DT_CHAT_LLAMA3;
     else if (!strcmp(name, "qwen3")) *out = DT_CHAT_QWEN3;
+    else if (!strcmp(name, "qwen2.5")) *out = DT_CHAT_QWEN25;
     else if (!strcmp(name, "none")) *out = DT_CHAT_NONE;
-    else return dt_error(DT_ERR_ARG, "chat template \"%s\": this build renders chatml, llama3 and qwen3 (or none: prompt and completion only)", name);
+    else return dt_error(DT_ERR_ARG, "chat template \"%s\": this build renders chatml, llama3, qwen3 and qwen2.5 (or none: prompt and completion only)", name);
     return DT_OK;
 }
 
 dt_status dt_chat_kind_of_template(const char *jinja, const char *where, dt_chat_kind *out) {
     if (strstr(jinja, "<|im_start|>") && strstr(jinja, "<think>")) *out = DT_CHAT_QWEN3;
+    else if (strstr(jinja, "<|im_start|>") && strstr(jinja, QWEN25_SYSTEM)) *out = DT_CHAT_QWEN25;
     else if (strstr(jinja, "<|im_start|>")) *out = DT_CHAT_CHATML;
     else if (strstr(jinja, "<|start_header_id|>")) *out = DT_CHAT_LLAMA3;
-    else return dt_error(DT_ERR_UNSUPPORTED, "%s: a chat_template this build cannot render (it renders chatml's, llama3's and qwen3's): "
-                         "name one with --chat-template chatml|llama3|qwen3", where);
+    else return dt_error(DT_ERR_UNSUPPORTED, "%s: a chat_template this build cannot render (it renders chatml's, llama3's, qwen3's and qwen2.5's): "
+                         "name one with --chat-template chatml|llama3|qwen3|qwen2.5", where);
     return DT_OK;
 }
 

@@ -62,6 +62,13 @@ static dt_status put_str(seq *s, dt_bpe *tok, const char *text, int scored) { re
 static dt_status render_turns(const cJSON *msgs, const dt_chat_template *t, dt_bpe *tok, const char *where, bool first, bool score, seq *s,
                               int *assistants) {
     dt_status st = first ? put_str(s, tok, t->begin, 0) : DT_OK;
+    const cJSON *r0 = msgs->child ? cJSON_GetObjectItemCaseSensitive(msgs->child, "role") : NULL;
+    if (!st && first && t->default_system && !(cJSON_IsString(r0) && !strcmp(r0->valuestring, "system"))) { /* (Qwen 2.5's) */
+        char head[96];
+        snprintf(head, sizeof head, t->head, "system");
+        if (!(st = put_str(s, tok, head, 0)) && !(st = put_str(s, tok, t->default_system, 0)) && !(st = put_str(s, tok, t->end, 0)))
+            st = put_str(s, tok, t->after, 0);
+    }
     int k = 0;
     for (const cJSON *m = msgs->child; m && !st; m = m->next, k++) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");
@@ -82,9 +89,14 @@ static dt_status render_turns(const cJSON *msgs, const dt_chat_template *t, dt_b
         else dt_chat_content(t, content->valuestring, &c, &cn);
         char head[96];
         snprintf(head, sizeof head, t->head, r);
-        if (!st && !(st = put_str(s, tok, head, 0)) && !(st = put(s, tok, c, cn, scored)) && !(st = put_str(s, tok, t->end, scored)))
+        /* Qwen 2.5's training form scores the newline that ends an answer's head: it goes with the content */
+        size_t hn = strlen(head), nl = answer && t->head_nl_scored && hn && head[hn - 1] == '\n';
+        char *body = nl ? malloc(cn + 2) : NULL;
+        if (!st && nl && body) body[0] = '\n', memcpy(body + 1, c, cn), body[cn + 1] = 0, c = body, cn++;
+        if (!st && nl && !body) st = dt_error(DT_ERR_NOMEM, "sft: out of memory");
+        if (!st && !(st = put(s, tok, head, hn - nl, 0)) && !(st = put(s, tok, c, cn, scored)) && !(st = put_str(s, tok, t->end, scored)))
             st = put_str(s, tok, t->after, scored && t->after_scored);
-        free(text);
+        free(text), free(body);
     }
     return st;
 }
@@ -247,7 +259,7 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
                       pair ? "examples (chats, prompts and completions)" : "preference pairs");
     } else if (pair && cJSON_IsArray(p) && cJSON_IsArray(ch) && cJSON_IsArray(rj)) {
         st = !tok || chat == DT_CHAT_NONE ? dt_error(DT_ERR_ARG, "%s: a conversational pair needs a tokenizer and a chat template (its "
-                                                     "tokenizer_config.json's, or --chat-template chatml|llama3|qwen3)", where)
+                                                     "tokenizer_config.json's, or --chat-template chatml|llama3|qwen3|qwen2.5)", where)
                                           : render_chat_pair(p, ch, rj, chat, tok, where, &s, &s2);
     } else if (pair) {
         st = !cJSON_IsString(p) || !cJSON_IsString(ch) || !cJSON_IsString(rj)
@@ -258,7 +270,7 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
         st = !tok ? dt_error(DT_ERR_ARG, "%s: chat messages need a tokenizer with the template's special tokens (a byte-level model takes "
                              "prompts and completions)", where)
            : chat == DT_CHAT_NONE ? dt_error(DT_ERR_ARG, "%s: chat messages need a chat template: the tokenizer's tokenizer_config.json's, "
-                                             "or --chat-template chatml|llama3|qwen3", where)
+                                             "or --chat-template chatml|llama3|qwen3|qwen2.5", where)
                                   : render_chat(msgs, chat, tok, where, &s);
     } else if (cJSON_IsString(p) && cJSON_IsString(c)) {
         st = render_completion(p->valuestring, c->valuestring, tok, eos, &s);

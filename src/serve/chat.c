@@ -55,8 +55,15 @@ static dt_status content_text(const cJSON *c, int i, char **buf, size_t *len, si
 static dt_status render_template(const dt_chat_template *t, const cJSON *messages, bool thinking, char **buf, size_t *len, size_t *cap) {
     dt_status st = grow(buf, len, cap, t->begin, strlen(t->begin));
     int i = 0, n = cJSON_GetArraySize(messages), last_query = dt_chat_last_query(messages);
-    const cJSON *m;
+    const cJSON *m, *r0 = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(messages, 0), "role");
     char head[96];
+    bool system0 = cJSON_IsString(r0) && (!strcmp(r0->valuestring, "system") || !strcmp(r0->valuestring, "developer"));
+    if (!st && t->default_system && !system0) { /* (Qwen 2.5's system turn where the chat has none) */
+        snprintf(head, sizeof head, t->head, "system");
+        if (!(st = grow(buf, len, cap, head, strlen(head))) && !(st = grow(buf, len, cap, t->default_system, strlen(t->default_system))) &&
+            !(st = grow(buf, len, cap, t->end, strlen(t->end))))
+            st = grow(buf, len, cap, t->after, strlen(t->after));
+    }
     cJSON_ArrayForEach(m, messages) {
         const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "role"), *c = cJSON_GetObjectItemCaseSensitive(m, "content");
         const char *role = cJSON_IsString(r) ? r->valuestring : "";
