@@ -80,12 +80,13 @@ typedef enum { DT_CHAT_NONE = 0, DT_CHAT_CHATML, DT_CHAT_LLAMA3, DT_CHAT_QWEN3, 
 dt_status dt_chat_kind_parse(const char *name, dt_chat_kind *out);
 /* Which of the subset a tokenizer_config.json's Jinja chat_template is (by its markers), or an error naming where. */
 dt_status dt_chat_kind_of_template(const char *jinja, const char *where, dt_chat_kind *out);
-/* A template's pieces (data/chat_template.c): the text before the first message; a turn's head (printf's %s: the
+/* A template's name and pieces (data/chat_template.c): the text before the first message; a turn's head (printf's %s: the
  * role); the end of a turn (an answer ends with it); what follows that; Qwen 3's empty think block (NULL: the template
  * has none), which a generation prompt ends with when thinking is off; the system turn's text written where a chat has
  * none (Qwen 2.5's; NULL: none); whether a content is trimmed; whether training scores what follows an answer's end
  * (TRL's training forms of Qwen's templates do), and the newline that ends an answer's head (Qwen 2.5's). NULL: none. */
 typedef struct {
+    const char *name; /* as the server names it ("ChatML") */
     const char *begin, *head, *end, *after, *no_think, *default_system;
     int trim, after_scored, head_nl_scored;
 } dt_chat_template;

@@ -24,10 +24,10 @@
 /* Qwen 2.5's system turn where a chat has none (its template writes it) */
 #define QWEN25_SYSTEM "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 static const dt_chat_template templates[] = {
-    [DT_CHAT_CHATML] = { "", "<|im_start|>%s\n", "<|im_end|>", "\n", NULL, NULL, 0, 0, 0 },
-    [DT_CHAT_LLAMA3] = { "<|begin_of_text|>", "<|start_header_id|>%s<|end_header_id|>\n\n", "<|eot_id|>", "", NULL, NULL, 1, 0, 0 },
-    [DT_CHAT_QWEN3] = { "", "<|im_start|>%s\n", "<|im_end|>", "\n", "<think>\n\n</think>\n\n", NULL, 0, 1, 0 },
-    [DT_CHAT_QWEN25] = { "", "<|im_start|>%s\n", "<|im_end|>", "\n", NULL, QWEN25_SYSTEM, 0, 1, 1 },
+    [DT_CHAT_CHATML] = { "ChatML", "", "<|im_start|>%s\n", "<|im_end|>", "\n", NULL, NULL, 0, 0, 0 },
+    [DT_CHAT_LLAMA3] = { "Llama 3", "<|begin_of_text|>", "<|start_header_id|>%s<|end_header_id|>\n\n", "<|eot_id|>", "", NULL, NULL, 1, 0, 0 },
+    [DT_CHAT_QWEN3] = { "Qwen 3 (thinking; its reasoning in reasoning_content)", "", "<|im_start|>%s\n", "<|im_end|>", "\n", "<think>\n\n</think>\n\n", NULL, 0, 1, 0 },
+    [DT_CHAT_QWEN25] = { "Qwen 2.5", "", "<|im_start|>%s\n", "<|im_end|>", "\n", NULL, QWEN25_SYSTEM, 0, 1, 1 },
 };
 
 const dt_chat_template *dt_chat_template_of(dt_chat_kind k) {

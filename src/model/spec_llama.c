@@ -78,19 +78,25 @@ const dt_family dt_family_qwen2 = {
 /* Qwen 3: Llama's block, and before attention each query head and each K/V head RMS-normed on its own, one weight of
  * head_dim for the queries' heads (q_norm) and one for the keys' (k_norm); its heads may be wider than the model
  * (head_dim given, not C / heads) */
+#define QWEN3_HEAD_NORMS(q, k)                                                                                                                    \
+    [q] = { "qnw", "model.layers.%d.self_attn.q_norm.weight", W_HD, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.attn_q_norm.weight", W_NONE, DT_LAYERS_ALL }, \
+    [k] = { "knw", "model.layers.%d.self_attn.k_norm.weight", W_HD, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.attn_k_norm.weight", W_NONE, DT_LAYERS_ALL }
+/* Qwen 3's attention ops: q, k and v, each head's q and k normed (weights from qnw: qnw and the next) into qkvn, attention
+ * from it */
+#define QWEN3_ATTENTION_OPS(qnw, qkvn)                                  \
+    LLAMA_QKV_OPS(-1),                                                  \
+    { DT_OP_HEADNORM, QKV, -1, qkvn, qnw, 2, -1, DT_LAYERS_ALL },       \
+    LLAMA_ATTENDING_OPS(qkvn)
 enum { QNW = DOWNW + 1, KNW };
 static const dt_tensor_spec block_qwen3[] = {
     LLAMA_BLOCK,
-    [QNW] = { "qnw", "model.layers.%d.self_attn.q_norm.weight", W_HD, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.attn_q_norm.weight", W_NONE, DT_LAYERS_ALL },
-    [KNW] = { "knw", "model.layers.%d.self_attn.k_norm.weight", W_HD, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.attn_k_norm.weight", W_NONE, DT_LAYERS_ALL },
+    QWEN3_HEAD_NORMS(QNW, KNW),
 };
 /* its values: Llama's, then q|k|v with q and k normed */
 enum { QKVN = NVALUES, NVALUES_QWEN3 };
 static const dt_width values_qwen3[NVALUES_QWEN3] = { W_C, W_C, W_C, W_QKV, W_Q, W_C, W_C, W_C, W_FFN2, W_FFN, W_C, W_QKV };
 static const dt_op_spec ops_qwen3[] = {
-    LLAMA_QKV_OPS(-1),
-    { DT_OP_HEADNORM, QKV, -1, QKVN, QNW, 2, -1, DT_LAYERS_ALL },
-    LLAMA_ATTENDING_OPS(QKVN),
+    QWEN3_ATTENTION_OPS(QNW, QKVN),
     LLAMA_MLP_OPS,
 };
 
@@ -203,16 +209,13 @@ static const dt_tensor_spec block_qwen3_moe[] = {
     LLAMA_ATTENTION,
     DENSE_MLP(WDGATEW, WDUPW, WDDOWNW),
     MLP_EXPERTS(WROUTERW, WEGATEW, WEUPW, WEDOWNW),
-    [WQNW] = { "qnw", "model.layers.%d.self_attn.q_norm.weight", W_HD, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.attn_q_norm.weight", W_NONE, DT_LAYERS_ALL },
-    [WKNW] = { "knw", "model.layers.%d.self_attn.k_norm.weight", W_HD, W_NONE, DT_SPLIT_NONE, 2, 0, INIT_ONES, "blk.%d.attn_k_norm.weight", W_NONE, DT_LAYERS_ALL },
+    QWEN3_HEAD_NORMS(WQNW, WKNW),
 };
 /* a mixture's values, then q|k|v with q and k normed */
 enum { QKVN_MOE = NVALUES_MOE, NVALUES_QWEN3_MOE };
 static const dt_width values_qwen3_moe[NVALUES_QWEN3_MOE] = { W_C, W_C, W_C, W_QKV, W_Q, W_C, W_C, W_C, W_C, W_DFFN2, W_DFFN, W_QKV };
 static const dt_op_spec ops_qwen3_moe[] = {
-    LLAMA_QKV_OPS(-1),
-    { DT_OP_HEADNORM, QKV, -1, QKVN_MOE, WQNW, 2, -1, DT_LAYERS_ALL },
-    LLAMA_ATTENDING_OPS(QKVN_MOE),
+    QWEN3_ATTENTION_OPS(WQNW, QKVN_MOE),
     MIXTURE_OPS(WDGATEW, WDDOWNW, WROUTERW, 4),
 };
 

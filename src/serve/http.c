@@ -163,6 +163,14 @@ static bool peer_closed(struct MHD_Connection *c) {
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+/* A stream's last chunk (its finish reason) and the end. */
+static void stream_end(conn_state *cs) {
+    char *s = completion_json(cs, "", 0, NULL, 0, finish_reason(cs->job), false);
+    out_append(cs, "data: ", s, "\n\ndata: [DONE]\n\n");
+    free(s);
+    cs->finished = true;
+}
+
 /* Under the job's lock, a thinking model's chat answer: a stream's newly settled reasoning and content, and the last
  * chunk; or the whole message with its reasoning_content. */
 static void produce_thinking(conn_state *cs, bool done) {
@@ -188,11 +196,7 @@ static void produce_thinking(conn_state *cs, bool done) {
         cs->sent_r += r_new, cs->sent_c += c_new;
     }
     cs->sent = j->visible;
-    if (!done) return;
-    s = completion_json(cs, "", 0, NULL, 0, finish_reason(j), false);
-    out_append(cs, "data: ", s, "\n\ndata: [DONE]\n\n");
-    free(s);
-    cs->finished = true;
+    if (done) stream_end(cs);
 }
 
 /* Under the job's lock: what the client gets next (a stream's new text; the whole completion once done). */
@@ -223,10 +227,12 @@ static void produce(conn_state *cs) {
         cs->sent = j->visible;
     }
     if (!done) return;
-    char *s = j->p.stream ? completion_json(cs, "", 0, NULL, 0, finish_reason(j), false)
-                          : completion_json(cs, j->text, j->len, NULL, 0, finish_reason(j), true);
-    if (j->p.stream) out_append(cs, "data: ", s, "\n\ndata: [DONE]\n\n");
-    else out_append(cs, s, "\n", NULL);
+    if (j->p.stream) {
+        stream_end(cs);
+        return;
+    }
+    char *s = completion_json(cs, j->text, j->len, NULL, 0, finish_reason(j), true);
+    out_append(cs, s, "\n", NULL);
     free(s);
     cs->finished = true;
 }

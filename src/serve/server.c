@@ -62,10 +62,7 @@ static dt_status load_vocab(const dt_serve_options *o, const dt_gpt2_config *c, 
         }
         if (!st) st = dt_tokenizer_config_read(tj, v->bpe, NULL, &v->eot);
         if (!st && v->chat != DT_CHAT_NONE)
-            dt_log(DT_LOG_INFO, "serve: chats by the model's %s template", v->chat == DT_CHAT_CHATML ? "ChatML"
-                                                                          : v->chat == DT_CHAT_QWEN3 ? "Qwen 3 (thinking; its reasoning in reasoning_content)"
-                                                                          : v->chat == DT_CHAT_QWEN25 ? "Qwen 2.5"
-                                                                                                     : "Llama 3");
+            dt_log(DT_LOG_INFO, "serve: chats by the model's %s template", dt_chat_template_of(v->chat)->name);
     }
     return st;
 }
