@@ -12,6 +12,14 @@ Writes tests/fixtures/sft/:
   qwen3_chat.safetensors TRL's "ids.<k>" and "labels.<k>" of each (SFTTrainer trains with TRL's training form of it)
   qwen3_prompts.json     Qwen 3's template (TRL's copy) and the prompts it renders for generation, thinking on and off
   qwen2_5_*              the same for Qwen 2.5's template (its system turn where a chat has none)
+  qwen2_*, smollm2_*     the same for Qwen2-Instruct's and SmolLM2-Instruct's templates (ChatML with a system turn where
+                         a chat has none; TRL has no training form of either: trained by one written here, ChatML's with
+                         that turn, whose text the script checks is the template's to the byte for every chat)
+  llama3_*, llama3_1_*, llama3_2_*  the same for Llama 3's, 3.1's and 3.2's (TRL's copies; 3.1's and 3.2's trained by a
+                         form written here, Llama 3's training form with their system turn), with
+                         llama3_tokenizer.json (tests/fixtures/tokenizer/llama3.json with Llama 3's turn markers as
+                         its tokens) and rows of 128; a prompt case's "date_string" is the one it was rendered with (3.2's
+                         own is today's)
   packed.safetensors     packing=True (best-fit decreasing, max_length 64, TRL's padding-free collator): the weights, of
                          one batch of every packed row "loss" and "grad.<name>", and per row "ids.<k>", "labels.<k>",
                          "pos.<k>" (each example's positions from 0); "loss_unpacked": the same examples unpacked
@@ -31,6 +39,7 @@ import tempfile
 import torch
 from datasets import Dataset
 from safetensors.torch import save_file
+from tokenizers import AddedToken, Tokenizer
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from trl import SFTConfig, SFTTrainer
 
@@ -79,6 +88,37 @@ QWEN25_PROMPTS = [
      {"role": "assistant", "content": "4."}, {"role": "user", "content": "And 3 + 3?"}],
     [{"role": "user", "content": "Say yes."}, {"role": "assistant", "content": "Yes."}],
 ]
+# Qwen2-Instruct's and SmolLM2-Instruct's templates (their tokenizer_config.json's chat_template): ChatML, a system
+# turn where the chat has none; trained (TRL has no training form) by ChatML's generation-marked form with that turn
+CHATML_WITH_SYSTEM = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+                      "{{ '<|im_start|>system\\nSYSTEM<|im_end|>\\n' }}{% endif %}"
+                      "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+                      "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+SYSTEMS = {"qwen2": "You are a helpful assistant.", "smollm2": "You are a helpful AI assistant named SmolLM, trained by Hugging Face"}
+# Llama 3.1's and 3.2's training form: TRL's Llama 3 training form with their system turn (the knowledge cut-off, the
+# date, the chat's system message trimmed)
+LLAMA31_TRAINING = """{{- bos_token }}
+{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content']|trim %}{%- set messages = messages[1:] %}
+{%- else %}{%- set system_message = "" %}{%- endif %}
+{{- "<|start_header_id|>system<|end_header_id|>\\n\\nCutting Knowledge Date: December 2023\\nToday Date: 26 Jul 2024\\n\\n" }}
+{{- system_message + "<|eot_id|>" }}
+{%- for message in messages %}
+    {%- if message['role'] == 'assistant' %}
+        {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}
+        {%- generation %}{{- message['content'] | trim + '<|eot_id|>' }}{%- endgeneration %}
+    {%- else %}
+        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}
+    {%- endif %}
+{%- endfor %}"""
+# Llama's chats: short (the fixture's small vocabulary spends many tokens on 3.1's system turn), a system message with
+# spaces around it (trimmed)
+LLAMA_CHATS = [
+    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": " Hello! "}],
+    [{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "2 + 2?"}, {"role": "assistant", "content": "4."}],
+    [{"role": "user", "content": "Yes?"}, {"role": "assistant", "content": "Yes."}, {"role": "user", "content": "Again."},
+     {"role": "assistant", "content": "Yes."}],
+]
+LLAMA_PROMPTS = QWEN25_PROMPTS
 COMPLETIONS = [
     {"prompt": "Question: the capital of France?\nAnswer:", "completion": " Paris."},
     {"prompt": "In the beginning", "completion": " God created the heaven and the earth."},
@@ -135,22 +175,33 @@ def case(name, rows, tok, folder, out):
     print(f"{name}: {len(rows)} examples, loss {loss.item():.6f}, scored {int((batch['labels'] != -100).sum())} tokens")
 
 
-def template_case(folder, out, name, chats, prompts):
-    """TRL's tokens and labels for chats by TRL's copy of a template (chat_templates/<name>.jinja; SFTTrainer trains with
-    its training form): <name>_chat.jsonl, <name>_chat.safetensors ("ids.<k>", "labels.<k>"), and the template's
-    generation prompts, <name>_prompts.json (the template, and each case's messages, enable_thinking and text)."""
+def template_case(folder, out, name, chats, prompts, template=None, training=None, tokenizer="sft/tokenizer.json", dates=(None,), seq=MAX - 1):
+    """TRL's tokens and labels for chats by a template (TRL's copy, chat_templates/<name>.jinja, unless given; SFTTrainer
+    trains with its training form, or with training where TRL has none, after the script checks that it renders every
+    chat as the template does): <name>_chat.jsonl, <name>_chat.safetensors ("ids.<k>", "labels.<k>"), and the template's
+    generation prompts, <name>_prompts.json (the template, the tokenizer and the rows' length, seq, that the chats were
+    tokenized with; each case's messages, enable_thinking, date_string where it is given, and text)."""
     import trl
-    template = open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", name + ".jinja")).read()
-    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(out, "tokenizer.json"), eos_token="<|endoftext|>",
-                                  pad_token="<|endoftext|>")
+    if template is None:
+        template = open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", name + ".jinja")).read()
+    llama = "llama3" in tokenizer
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(out, "..", tokenizer),
+                                  **(dict(bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", pad_token="<|end_of_text|>") if llama
+                                     else dict(eos_token="<|endoftext|>", pad_token="<|endoftext|>")))
     tok.chat_template = template
+    if training:
+        for c in chats:
+            a = tok.apply_chat_template(c, tokenize=False, date_string="26 Jul 2024")
+            b = tok.apply_chat_template(c, tokenize=False, chat_template=training)
+            assert a == b, f"{name}: the training form renders {b!r}, the template {a!r}"
+        tok.chat_template = training
     with open(os.path.join(out, name + "_chat.jsonl"), "w") as f:
         for r in chats:
             f.write(json.dumps({"messages": r}) + "\n")
     torch.manual_seed(3)
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
                       num_key_value_heads=2, max_position_embeddings=128)
-    args = SFTConfig(output_dir=os.path.join(folder, "run"), max_length=MAX, assistant_only_loss=True, packing=False,
+    args = SFTConfig(output_dir=os.path.join(folder, "run"), max_length=seq + 1, assistant_only_loss=True, packing=False,
                      per_device_train_batch_size=len(chats), report_to=[], use_cpu=True, dataset_num_proc=None)
     trainer = SFTTrainer(model=LlamaForCausalLM(cfg), args=args, train_dataset=Dataset.from_list([{"messages": r} for r in chats]),
                          processing_class=tok)
@@ -161,13 +212,46 @@ def template_case(folder, out, name, chats, prompts):
         tensors[f"ids.{k}"] = batch["input_ids"][k, :n].to(torch.int32).contiguous()
         tensors[f"labels.{k}"] = batch["labels"][k, :n].to(torch.int32).contiguous()
     save_file(tensors, os.path.join(out, name + "_chat.safetensors"))
-    cases = [{"messages": m, "enable_thinking": think,
-              "text": tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True, enable_thinking=think)}
-             for m in prompts for think in (True, False)]
+    tok.chat_template = template
+    cases = []
+    for m in prompts:
+        for think in (True, False):
+            for date in dates:
+                kw = {"date_string": date} if date else {}
+                cases.append(dict(messages=m, enable_thinking=think, **kw,
+                                  text=tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True, enable_thinking=think, **kw)))
     with open(os.path.join(out, name + "_prompts.json"), "w") as f:
-        json.dump({"chat_template": template, "cases": cases}, f, indent=1)
+        json.dump({"chat_template": template, "tokenizer": tokenizer, "seq": seq, "cases": cases}, f, indent=1)
         f.write("\n")
-    print(f"{name}: {len(chats)} chats, scored {int((batch['labels'] != -100).sum())} tokens; {len(cases)} prompts")
+    lengths = [int(x) for x in batch["attention_mask"].sum(1)]
+    print(f"{name}: {len(chats)} chats of {lengths} tokens (cut at {seq + 1}), scored {int((batch['labels'] != -100).sum())}; {len(cases)} prompts")
+
+
+def template_cases(folder, names):
+    """The templates' fixtures (qwen3, qwen2_5, qwen2, smollm2, llama3, llama3_1, llama3_2), those named or all."""
+    llama = dict(tokenizer="sft/llama3_tokenizer.json", seq=128)
+    t = Tokenizer.from_file(os.path.join(OUT, "..", "tokenizer", "llama3.json"))  # with Llama 3's turn markers as its tokens
+    t.add_special_tokens([AddedToken("<|start_header_id|>", special=True), AddedToken("<|end_header_id|>", special=True)])
+    t.save(os.path.join(OUT, "llama3_tokenizer.json"))
+    cases = {
+        "qwen3": lambda: template_case(folder, OUT, "qwen3", QWEN3_CHATS, QWEN3_PROMPTS),
+        "qwen2_5": lambda: template_case(folder, OUT, "qwen2_5", QWEN25_CHATS, QWEN25_PROMPTS),
+        "llama3": lambda: template_case(folder, OUT, "llama3", LLAMA_CHATS, LLAMA_PROMPTS, **llama),
+        "llama3_1": lambda: template_case(folder, OUT, "llama3_1", LLAMA_CHATS, LLAMA_PROMPTS, training=LLAMA31_TRAINING,
+                                          dates=(None, "01 Jan 2025"), **llama),
+        # 3.2's own date is today's: every prompt names one
+        "llama3_2": lambda: template_case(folder, OUT, "llama3_2", LLAMA_CHATS, LLAMA_PROMPTS, training=LLAMA31_TRAINING,
+                                          dates=("26 Jul 2024", "01 Jan 2025"), **llama),
+    }
+    for n, system in SYSTEMS.items():
+        cases[n] = (lambda n, system: lambda: template_case(
+            folder, OUT, n, CHATS, QWEN25_PROMPTS, template=CHATML_WITH_SYSTEM.replace("SYSTEM", system),
+            training=TEMPLATE.replace("{%- for message in messages %}", "{%- if messages[0]['role'] != 'system' %}"
+                                      "{{ '<|im_start|>system\\n" + system + "<|im_end|>\\n' }}{%- endif %}"
+                                      "{%- for message in messages %}", 1)))(n, system)
+    for n in names or cases:
+        cases[n]()
+    return cases
 
 
 def packed_case(tok, folder, out):
@@ -206,13 +290,12 @@ def packed_case(tok, folder, out):
 
 
 def main():
-    """Every fixture, or (with "qwen3" or "qwen2_5" on the command line) those templates' only."""
+    """Every fixture, or (with template names on the command line: qwen3, qwen2_5, qwen2, smollm2, llama3, llama3_1,
+    llama3_2) those templates' only."""
     import sys
-    cases = {"qwen3": (QWEN3_CHATS, QWEN3_PROMPTS), "qwen2_5": (QWEN25_CHATS, QWEN25_PROMPTS)}
-    if sys.argv[1:] and all(a in cases for a in sys.argv[1:]):
+    if sys.argv[1:]:
         with tempfile.TemporaryDirectory() as tmp:
-            for a in sys.argv[1:]:
-                template_case(tmp, OUT, a, *cases[a])
+            template_cases(tmp, sys.argv[1:])
         return
     os.makedirs(OUT, exist_ok=True)
     shutil.copy(os.path.join(HERE, "..", "tests", "fixtures", "tokenizer", "qwen2.json"), os.path.join(OUT, "tokenizer.json"))
@@ -235,8 +318,7 @@ def main():
         case("chat", CHATS, tok, tmp, OUT)
         case("completion", COMPLETIONS, tok, tmp, OUT)
         packed_case(tok, tmp, OUT)
-        template_case(tmp, OUT, "qwen3", QWEN3_CHATS, QWEN3_PROMPTS)
-        template_case(tmp, OUT, "qwen2_5", QWEN25_CHATS, QWEN25_PROMPTS)
+        template_cases(tmp, None)
 
 
 if __name__ == "__main__":

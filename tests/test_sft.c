@@ -12,27 +12,29 @@
 
 #include <cjson/cJSON.h>
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-enum { T = 64, MAXB = 8 };
+enum { T = 64, MAXB = 8, TMAX = 128 };
 
-/* Row k against TRL's ids.k and labels.k (labels unshifted: the target of input t is label t + 1). */
-static bool rows_match(const dt_sft *d, dt_safetensors *f, size_t rows) {
-    bool ok = dt_sft_rows(d) == rows;
+/* Row k (of seq positions, at most TMAX) against TRL's ids.k and labels.k (labels unshifted: the target of input t is
+ * label t + 1). */
+static bool rows_match(const dt_sft *d, dt_safetensors *f, size_t rows, int seq) {
+    bool ok = dt_sft_rows(d) == rows && seq <= TMAX && dt_sft_seq(d) == seq;
     for (size_t k = 0; ok && k < rows; k++) {
         char name[32];
-        int32_t ids[T + 1], labels[T + 1], in[T], tg[T];
+        int32_t ids[TMAX + 1], labels[TMAX + 1], in[TMAX], tg[TMAX];
         snprintf(name, sizeof name, "ids.%zu", k);
         size_t n = 0;
-        for (n = T + 1; n > 0 && dt_safetensors_read_i32(f, name, n, ids); n--) {} /* the example's length: the size that reads */
+        for (n = (size_t)seq + 1; n > 0 && dt_safetensors_read_i32(f, name, n, ids); n--) {} /* the example's length: the size that reads */
         snprintf(name, sizeof name, "labels.%zu", k);
         ok = n > 0 && !dt_safetensors_read_i32(f, name, n, labels);
         dt_sft_row(d, k, in, tg);
-        for (int t = 0; ok && t < T; t++) {
+        for (int t = 0; ok && t < seq; t++) {
             int32_t want_in = (size_t)t < n ? ids[t] : 0, want_tg = (size_t)t + 1 < n ? labels[t + 1] : DT_IGNORE_INDEX;
             if ((size_t)t < n && in[t] != want_in) ok = false;
             if (tg[t] != (want_tg < 0 ? DT_IGNORE_INDEX : want_tg)) ok = false;
@@ -105,7 +107,7 @@ static void check_case(const char *dir, const char *name, size_t rows) {
         goto out;
     }
     snprintf(what, sizeof what, "%s: %zu examples' tokens and scored targets are TRL's", name, rows);
-    check(what, rows_match(d, f, rows), NULL);
+    check(what, rows_match(d, f, rows, T), NULL);
     int32_t in[MAXB * T], tg[MAXB * T];
     size_t scored = 0;
     for (size_t k = 0; k < rows; k++) dt_sft_row(d, k, in + k * T, tg + k * T), scored += dt_sft_scored(d, k);
@@ -197,7 +199,7 @@ static void check_packed(const char *dir) {
         goto out;
     }
     snprintf(what, sizeof what, "packed: %zu examples in %zu rows, their tokens and scored targets are TRL's", examples, rows);
-    check(what, rows_match(d, f, rows), NULL);
+    check(what, rows_match(d, f, rows, T), NULL);
     check("packed: each example's positions from 0, as TRL's position_ids", pos_ok, NULL);
     float loss = 0, ref = 0, unpacked = 0;
     if (!(st = dt_program_set_positions(p, pos)) && !(st = dt_program_forward(p, in, tg, (int)rows, T, &loss)) &&
@@ -289,6 +291,8 @@ static void refused(const char *dir, const char *what, const char *line, dt_chat
  * tokens and scored targets are TRL's (SFTTrainer with its training form: Qwen 3's every answer's think block scored,
  * and the newline after <|im_end|>; Qwen 2.5's the newline after the head too, and its system turn where a chat has
  * none); each generation prompt (thinking on and off) is the template's text to the byte. */
+/* A template's fixtures (<name>_*): the kind its markers name; its chats' rows (by the fixture's tokenizer and rows'
+ * length) TRL's; the server's generation prompts (thinking on and off, a date given or not) the template's. */
 static void check_template(const char *dir, const char *name, dt_chat_kind want, size_t nchats, int nprompts) {
     char path[600], what[200], *text = NULL;
     dt_bpe *tok = NULL;
@@ -297,34 +301,42 @@ static void check_template(const char *dir, const char *name, dt_chat_kind want,
     dt_sft *d = NULL;
     dt_safetensors *f = NULL;
     snprintf(path, sizeof path, "%s/sft/%s_prompts.json", dir, name);
-    dt_status st = load_tokenizer(dir, &tok, &ignored, &eos);
-    if (!st) st = dt_file_read_text(path, 1 << 20, &text, NULL);
+    dt_status st = dt_file_read_text(path, 1 << 20, &text, NULL);
     cJSON *j = st ? NULL : cJSON_Parse(text);
     const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(j, "chat_template"), *cases = cJSON_GetObjectItemCaseSensitive(j, "cases"), *c;
+    const cJSON *tj = cJSON_GetObjectItemCaseSensitive(j, "tokenizer"), *sj = cJSON_GetObjectItemCaseSensitive(j, "seq");
+    int seq = cJSON_IsNumber(sj) ? sj->valueint : T;
     if (!st && (!cJSON_IsString(tmpl) || !cJSON_IsArray(cases))) st = dt_error(DT_ERR_IO, "%s: no chat_template or cases", path);
+    if (!st && cJSON_IsString(tj)) {
+        char tpath[700];
+        snprintf(tpath, sizeof tpath, "%s/%s", dir, tj->valuestring);
+        if (!(st = dt_bpe_load_json(tpath, &tok))) eos = -1; /* (chats only: no completion's end-of-text) */
+    } else if (!st) {
+        st = load_tokenizer(dir, &tok, &ignored, &eos);
+    }
     if (!st) st = dt_chat_kind_of_template(tmpl->valuestring, path, &chat);
     snprintf(what, sizeof what, "%s: the template's markers name it", name);
     if (!st) check(what, chat == want, NULL);
     snprintf(path, sizeof path, "%s/sft/%s_chat.jsonl", dir, name);
-    if (!st) st = dt_sft_load(path, tok, chat, eos, T, &d);
+    if (!st) st = dt_sft_load(path, tok, chat, eos, seq, &d);
     snprintf(path, sizeof path, "%s/sft/%s_chat.safetensors", dir, name);
     if (!st) st = dt_safetensors_open(path, &f);
     snprintf(what, sizeof what, "%s: %zu chats' tokens and scored targets are TRL's (its training form of the template)", name, nchats);
-    if (!st) check(what, rows_match(d, f, nchats), NULL);
+    if (!st) check(what, rows_match(d, f, nchats, seq), NULL);
     int k = 0, good = 0;
     cJSON_ArrayForEach(c, cases) {
-        const cJSON *want_text = cJSON_GetObjectItemCaseSensitive(c, "text");
+        const cJSON *want_text = cJSON_GetObjectItemCaseSensitive(c, "text"), *date = cJSON_GetObjectItemCaseSensitive(c, "date_string");
+        serve_chat_kwargs kw = { cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "enable_thinking")), cJSON_IsString(date) ? date->valuestring : NULL };
         char *got = NULL;
         size_t n = 0;
         if (st || !cJSON_IsString(want_text)) break;
-        st = serve_chat_prompt(cJSON_GetObjectItemCaseSensitive(c, "messages"), chat,
-                               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "enable_thinking")), &got, &n);
+        st = serve_chat_prompt(cJSON_GetObjectItemCaseSensitive(c, "messages"), chat, &kw, &got, &n);
         if (!st && strcmp(got, want_text->valuestring)) printf("   case %d: %s\n   the template's: %s\n", k, got, want_text->valuestring);
         good += !st && !strcmp(got, want_text->valuestring);
         free(got);
         k++;
     }
-    snprintf(what, sizeof what, "%s: %d of %d generation prompts (thinking on and off) are the template's", name, good, k);
+    snprintf(what, sizeof what, "%s: %d of %d generation prompts (thinking on and off, dates) are the template's", name, good, k);
     if (!st) check(what, k == nprompts && good == k, NULL);
     if (st) {
         printf("FAIL %s: %s\n", name, dt_last_error());
@@ -335,6 +347,24 @@ static void check_template(const char *dir, const char *name, dt_chat_kind want,
     dt_safetensors_close(f);
     dt_sft_destroy(d);
     dt_bpe_destroy(tok);
+}
+
+/* Llama 3.2's server prompt names today's date where a request names none (its template's strftime_now("%d %b %Y"),
+ * local time): the date asked just before the prompt or just after (a prompt made across midnight names either). */
+static void check_today(void) {
+    cJSON *m = cJSON_Parse("[{\"role\": \"user\", \"content\": \"Hi\"}]");
+    serve_chat_kwargs kw = { true, NULL };
+    char *got = NULL, before[32], after[32], want[2][64];
+    size_t n;
+    dt_chat_today(before);
+    dt_status st = serve_chat_prompt(m, DT_CHAT_LLAMA32, &kw, &got, &n);
+    dt_chat_today(after);
+    snprintf(want[0], sizeof want[0], "Today Date: %s\n\n", before);
+    snprintf(want[1], sizeof want[1], "Today Date: %s\n\n", after);
+    bool dated = !st && (strstr(got, want[0]) || strstr(got, want[1])) && strlen(before) == 11;
+    check("serve: Llama 3.2's prompt names today's date (as 07 Dec 2026) where the request names none", dated, got);
+    free(got);
+    cJSON_Delete(m);
 }
 
 /* The server's split of a thinking model's answer (vLLM's Qwen 3 parser's: the bytes between <think> and </think> the
@@ -392,6 +422,12 @@ int main(int argc, char **argv) {
     check_cache(dir);
     check_template(dir, "qwen3", DT_CHAT_QWEN3, 4, 10);
     check_template(dir, "qwen2_5", DT_CHAT_QWEN25, 4, 6);
+    check_template(dir, "qwen2", DT_CHAT_QWEN2, 4, 6);
+    check_template(dir, "smollm2", DT_CHAT_SMOLLM2, 4, 6);
+    check_template(dir, "llama3", DT_CHAT_LLAMA3, 3, 6);
+    check_template(dir, "llama3_1", DT_CHAT_LLAMA31, 3, 12);
+    check_template(dir, "llama3_2", DT_CHAT_LLAMA32, 3, 12);
+    check_today();
     check_reasoning_split();
     refused(dir, "refused: a line that is not JSON", "{\"messages\": [", DT_CHAT_CHATML, "not JSON");
     refused(dir, "refused: a line without messages or prompt and completion", "{\"text\": \"hi\"}", DT_CHAT_CHATML, "neither");

@@ -74,21 +74,26 @@ dt_status dt_bpe_for_model(const char *encoder_json, const char *vocab_bpe, int 
 /* Supervised fine-tuning data (data/sft.c; tok NULL: a byte-level model's bytes, prompts and completions only): a JSONL file of chats ({"messages": [{"role", "content"}, ...]}) or
  * prompts and completions ({"prompt", "completion"}), one example a row of T inputs and T targets, the targets not
  * scored (prompts, the user's and system's turns, padding) DT_IGNORE_INDEX, as TRL's SFTTrainer scores them; chats
- * rendered by a chat template of the documented subset (chatml, llama3, qwen3, qwen2.5), prompts and completions as TRL tokenizes
+ * rendered by a chat template of the documented subset (chat_template.c), prompts and completions as TRL tokenizes
  * them (eos: the end-of-text id appended to a completion, -1: none). Bad lines are refused naming the file and line. */
-typedef enum { DT_CHAT_NONE = 0, DT_CHAT_CHATML, DT_CHAT_LLAMA3, DT_CHAT_QWEN3, DT_CHAT_QWEN25 } dt_chat_kind;
+typedef enum {
+    DT_CHAT_NONE = 0, DT_CHAT_CHATML, DT_CHAT_LLAMA3, DT_CHAT_QWEN3, DT_CHAT_QWEN25, DT_CHAT_LLAMA31, DT_CHAT_LLAMA32, DT_CHAT_QWEN2,
+    DT_CHAT_SMOLLM2
+} dt_chat_kind;
 dt_status dt_chat_kind_parse(const char *name, dt_chat_kind *out);
 /* Which of the subset a tokenizer_config.json's Jinja chat_template is (by its markers), or an error naming where. */
 dt_status dt_chat_kind_of_template(const char *jinja, const char *where, dt_chat_kind *out);
-/* A template's name and pieces (data/chat_template.c): the text before the first message; a turn's head (printf's %s: the
- * role); the end of a turn (an answer ends with it); what follows that; Qwen 3's empty think block (NULL: the template
- * has none), which a generation prompt ends with when thinking is off; the system turn's text written where a chat has
- * none (Qwen 2.5's; NULL: none); whether a content is trimmed; whether training scores what follows an answer's end
- * (TRL's training forms of Qwen's templates do), and the newline that ends an answer's head (Qwen 2.5's). NULL: none. */
+/* A template's name and pieces (data/chat_template.c): its --chat-template name and the server's; the text before the
+ * first message; a turn's head (printf's %s: the role); the end of a turn (an answer ends with it); what follows that;
+ * Qwen 3's empty think block (NULL: the template has none), which a generation prompt ends with when thinking is off;
+ * the system turn's text written where a chat has none (NULL: none); the text every system turn opens with (Llama
+ * 3.1's, printf's %s: the date; NULL: none) and whether the server's date is today's (Llama 3.2's); whether a content
+ * is trimmed; whether training scores what follows an answer's end (TRL's training forms of Qwen's templates do), and
+ * the newline that ends an answer's head (Qwen 2.5's). */
 typedef struct {
-    const char *name; /* as the server names it ("ChatML") */
-    const char *begin, *head, *end, *after, *no_think, *default_system;
-    int trim, after_scored, head_nl_scored;
+    const char *kind, *name;
+    const char *begin, *head, *end, *after, *no_think, *default_system, *preamble;
+    int today, trim, after_scored, head_nl_scored;
 } dt_chat_template;
 const dt_chat_template *dt_chat_template_of(dt_chat_kind k);
 /* A message's content as the template writes it ([*start, *start + *n) of c). */
@@ -103,6 +108,13 @@ dt_status dt_chat_answer(const dt_chat_template *t, const char *content, const c
  * original template: after the last user query, the last message always, an earlier one where it has a reasoning;
  * last_query: dt_chat_last_query's). */
 int dt_chat_prompt_block(int i, int n, int last_query);
+/* The system turn t writes before a chat's messages, its content into *out (the caller frees; NULL: none, the messages
+ * as they are): with a preamble (Llama 3.1's) always, the preamble with date (NULL: the template's own, as training
+ * renders it) and the chat's system message (system: the first message's content where its role is system, NULL
+ * where not), which the caller then does not write again; else t's default system text where system is NULL. */
+dt_status dt_chat_system_turn(const dt_chat_template *t, const char *system, const char *date, char **out);
+/* Today's date as Llama 3.2's template writes it (strftime's "%d %b %Y", local time) into buf. */
+void dt_chat_today(char buf[32]);
 struct cJSON;
 /* The index of messages' last user query (a user message whose text is not a <tool_response>), or the last index. */
 int dt_chat_last_query(const struct cJSON *messages);

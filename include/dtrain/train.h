@@ -86,7 +86,7 @@ typedef struct {
                                * --lora-dropout (below 0: not given, 0 or --lora DIR's) */
     const char *lora_from;    /* --lora DIR: PEFT's adapter folder to start from (its rank, alpha and targets) */
     const char *tokenizer;    /* --tokenizer tokenizer.json: --data FILE.jsonl's (NULL: the --model folder's) */
-    const char *chat_template; /* --chat-template chatml|llama3|qwen3|qwen2.5|none (NULL: the tokenizer_config.json's) */
+    const char *chat_template; /* --chat-template KIND|none (data/chat_template.c) (NULL: the tokenizer_config.json's) */
     int pack;                 /* --pack: a .jsonl's examples packed into rows (TRL's packing, best-fit decreasing) */
     double dpo_beta;          /* --dpo-beta (0: TRL's 0.1): preference pairs in --data train by DPO */
     dt_grpo_config grpo;      /* --grpo PROMPTS and its flags */

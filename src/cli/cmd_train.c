@@ -93,7 +93,8 @@ static void usage(FILE *f) {
             "  --temperature X (1)  --top-k K (0: all)   GRPO's sampling; the loss reads the model's log-probabilities\n"
             "                     at temperature 1\n"
             "  --tokenizer F      tokenizer.json for FILE.jsonl (the --model folder's by default)\n"
-            "  --chat-template T  chatml, llama3, qwen3 or qwen2.5 (by default the kind tokenizer_config.json's is)\n"
+            "  --chat-template T  chatml, llama3, llama3.1, llama3.2, qwen3, qwen2.5, qwen2 or smollm2 (by default the kind\n"
+            "                     tokenizer_config.json's is)\n"
             "  --val-data FILE    validation tokens (or FILE.jsonl); --eval-every N steps, --eval-batches N (8)\n"
             "  --batch B (4)  --seq T (64)  --steps N (10; 0: evaluate only, as dtrain eval)  --grad-accum K (1)\n"
             "  --optimizer sgd|adamw|lamb|lars|soap|kfac|shampoo (adamw)  --lr X (3e-4)  --betas B1,B2 (0.9,0.999)\n"
@@ -299,7 +300,7 @@ static const dt_cli_flag flags[] = {
     { "--completion-tokens", "a whole number from 1 to 1e6" }, { "--temperature", "a number from 0 to 100" }, { "--top-k", "a whole number from 0 (all) to 2^30" },
     { "--lora-targets", "module names, comma-separated (c_attn,c_proj; q_proj,v_proj)" },
     { "--lora", "PEFT's adapter folder (or a LoRA run's --save DIR)" },
-    { "--tokenizer", "a tokenizer.json" }, { "--chat-template", "chatml, llama3, qwen3, qwen2.5 or none" },
+    { "--tokenizer", "a tokenizer.json" }, { "--chat-template", "chatml, llama3, llama3.1, llama3.2, qwen3, qwen2.5, qwen2, smollm2 or none" },
     { "--optimizer", "sgd, adamw, lamb, lars, soap, kfac or shampoo" }, { "--shampoo-wire", "fp32 or bf16" },
     { "--shampoo-block", "a whole number from 1 to 1e6" }, { "--shampoo-start", "a whole number of steps from 1 to 1e9" }, { "--shampoo-eps", "a number above 0, at most 1" },
     { "--shampoo-group", "a whole number of ranks from 1, dividing the data-parallel ranks" },

@@ -11,6 +11,13 @@
  *           <|im_end|>.
  *   qwen2.5 ChatML with Qwen 2.5's system turn where a chat has none; for training (TRL's training form) an answer's
  *           scored part runs from the newline after its head's role to the newline after <|im_end|>.
+ *   qwen2, smollm2  ChatML with Qwen 2's (Qwen2-Instruct's) or SmolLM2-Instruct's system turn where a chat has none
+ *           (TRL has no training form of either: an answer is scored as ChatML's).
+ *   llama3.1, llama3.2  Llama 3 with a system turn always, opening with the knowledge cut-off and the date, then the
+ *           chat's system message (trimmed) if any. The date: Llama 3.1's template's own (26 Jul 2024); Llama 3.2's
+ *           writes today's where it can (transformers' strftime_now), which the server does (a request's
+ *           chat_template_kwargs.date_string instead), while training writes the template's own fallback, the same
+ *           date, so that a data set tokenizes alike every day (TRL has no training form of either: scored as Llama 3).
  * Which one a model has: its tokenizer_config.json's chat_template, recognised by its markers. */
 #include "dtrain/data.h"
 #include "dtrain/io.h"
@@ -20,38 +27,64 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-/* Qwen 2.5's system turn where a chat has none (its template writes it) */
+/* the system turns written where a chat has none, as each template writes them */
 #define QWEN25_SYSTEM "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+#define QWEN2_SYSTEM "You are a helpful assistant."
+#define SMOLLM2_SYSTEM "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+/* Llama 3.1's and 3.2's system turn opens so; the date where the template names none (3.1's own, 3.2's fallback) */
+#define LLAMA31_PREAMBLE "Cutting Knowledge Date: December 2023\nToday Date: %s\n\n"
+#define LLAMA31_DATE "26 Jul 2024"
+#define CHATML_PIECES .begin = "", .head = "<|im_start|>%s\n", .end = "<|im_end|>", .after = "\n"
+#define LLAMA3_PIECES .begin = "<|begin_of_text|>", .head = "<|start_header_id|>%s<|end_header_id|>\n\n", .end = "<|eot_id|>", .after = "", .trim = 1
 static const dt_chat_template templates[] = {
-    [DT_CHAT_CHATML] = { "ChatML", "", "<|im_start|>%s\n", "<|im_end|>", "\n", NULL, NULL, 0, 0, 0 },
-    [DT_CHAT_LLAMA3] = { "Llama 3", "<|begin_of_text|>", "<|start_header_id|>%s<|end_header_id|>\n\n", "<|eot_id|>", "", NULL, NULL, 1, 0, 0 },
-    [DT_CHAT_QWEN3] = { "Qwen 3 (thinking; its reasoning in reasoning_content)", "", "<|im_start|>%s\n", "<|im_end|>", "\n", "<think>\n\n</think>\n\n", NULL, 0, 1, 0 },
-    [DT_CHAT_QWEN25] = { "Qwen 2.5", "", "<|im_start|>%s\n", "<|im_end|>", "\n", NULL, QWEN25_SYSTEM, 0, 1, 1 },
+    [DT_CHAT_CHATML] = { .kind = "chatml", .name = "ChatML", CHATML_PIECES },
+    [DT_CHAT_LLAMA3] = { .kind = "llama3", .name = "Llama 3", LLAMA3_PIECES },
+    [DT_CHAT_QWEN3] = { .kind = "qwen3", .name = "Qwen 3 (thinking; its reasoning in reasoning_content)", CHATML_PIECES,
+                        .no_think = "<think>\n\n</think>\n\n", .after_scored = 1 },
+    [DT_CHAT_QWEN25] = { .kind = "qwen2.5", .name = "Qwen 2.5", CHATML_PIECES, .default_system = QWEN25_SYSTEM, .after_scored = 1,
+                         .head_nl_scored = 1 },
+    [DT_CHAT_LLAMA31] = { .kind = "llama3.1", .name = "Llama 3.1", LLAMA3_PIECES, .preamble = LLAMA31_PREAMBLE },
+    [DT_CHAT_LLAMA32] = { .kind = "llama3.2", .name = "Llama 3.2", LLAMA3_PIECES, .preamble = LLAMA31_PREAMBLE, .today = 1 },
+    [DT_CHAT_QWEN2] = { .kind = "qwen2", .name = "Qwen 2", CHATML_PIECES, .default_system = QWEN2_SYSTEM },
+    [DT_CHAT_SMOLLM2] = { .kind = "smollm2", .name = "SmolLM2", CHATML_PIECES, .default_system = SMOLLM2_SYSTEM },
+};
+#define KINDS (sizeof templates / sizeof *templates)
+#define KIND_NAMES "chatml, llama3, llama3.1, llama3.2, qwen3, qwen2.5, qwen2 and smollm2"
+
+/* How a template is recognised: the first row whose markers are all in it (a more particular row before the one it
+ * extends; a default system turn with what ends it, so that a mention elsewhere does not count). */
+static const struct { dt_chat_kind kind; const char *marks[3]; } recognised[] = {
+    { DT_CHAT_QWEN3, { "<|im_start|>", "<think>" } },
+    { DT_CHAT_QWEN25, { "<|im_start|>", QWEN25_SYSTEM } },
+    { DT_CHAT_SMOLLM2, { "<|im_start|>", SMOLLM2_SYSTEM "<|im_end|>" } },
+    { DT_CHAT_QWEN2, { "<|im_start|>", QWEN2_SYSTEM "<|im_end|>" } },
+    { DT_CHAT_CHATML, { "<|im_start|>" } },
+    { DT_CHAT_LLAMA32, { "<|start_header_id|>", "Cutting Knowledge Date", "strftime_now" } },
+    { DT_CHAT_LLAMA31, { "<|start_header_id|>", "Cutting Knowledge Date" } },
+    { DT_CHAT_LLAMA3, { "<|start_header_id|>" } },
 };
 
 const dt_chat_template *dt_chat_template_of(dt_chat_kind k) {
-    return k == DT_CHAT_CHATML || k == DT_CHAT_LLAMA3 || k == DT_CHAT_QWEN3 || k == DT_CHAT_QWEN25 ? &templates[k] : NULL;
+    return k > DT_CHAT_NONE && (size_t)k < KINDS ? &templates[k] : NULL;
 }
 
 dt_status dt_chat_kind_parse(const char *name, dt_chat_kind *out) {
-    if (!strcmp(name, "chatml")) *out = DT_CHAT_CHATML;
-    else if (!strcmp(name, "llama3")) *out = DT_CHAT_LLAMA3;
-    else if (!strcmp(name, "qwen3")) *out = DT_CHAT_QWEN3;
-    else if (!strcmp(name, "qwen2.5")) *out = DT_CHAT_QWEN25;
-    else if (!strcmp(name, "none")) *out = DT_CHAT_NONE;
-    else return dt_error(DT_ERR_ARG, "chat template \"%s\": this build renders chatml, llama3, qwen3 and qwen2.5 (or none: prompt and completion only)", name);
-    return DT_OK;
+    if (!strcmp(name, "none")) return *out = DT_CHAT_NONE, DT_OK;
+    for (size_t k = 1; k < KINDS; k++)
+        if (!strcmp(name, templates[k].kind)) return *out = (dt_chat_kind)k, DT_OK;
+    return dt_error(DT_ERR_ARG, "chat template \"%s\": this build renders " KIND_NAMES " (or none: prompt and completion only)", name);
 }
 
 dt_status dt_chat_kind_of_template(const char *jinja, const char *where, dt_chat_kind *out) {
-    if (strstr(jinja, "<|im_start|>") && strstr(jinja, "<think>")) *out = DT_CHAT_QWEN3;
-    else if (strstr(jinja, "<|im_start|>") && strstr(jinja, QWEN25_SYSTEM)) *out = DT_CHAT_QWEN25;
-    else if (strstr(jinja, "<|im_start|>")) *out = DT_CHAT_CHATML;
-    else if (strstr(jinja, "<|start_header_id|>")) *out = DT_CHAT_LLAMA3;
-    else return dt_error(DT_ERR_UNSUPPORTED, "%s: a chat_template this build cannot render (it renders chatml's, llama3's, qwen3's and qwen2.5's): "
-                         "name one with --chat-template chatml|llama3|qwen3|qwen2.5", where);
-    return DT_OK;
+    for (size_t i = 0; i < sizeof recognised / sizeof *recognised; i++) {
+        bool all = true;
+        for (int m = 0; m < 3 && recognised[i].marks[m]; m++) all = all && strstr(jinja, recognised[i].marks[m]);
+        if (all) return *out = recognised[i].kind, DT_OK;
+    }
+    return dt_error(DT_ERR_UNSUPPORTED, "%s: a chat_template this build cannot render (it renders " KIND_NAMES "): name one with "
+                    "--chat-template", where);
 }
 
 /* [*a, *b) with the newlines at its start (lead) and its end (tail) left out, as Python's lstrip/rstrip('\n'). */
@@ -112,6 +145,27 @@ int dt_chat_last_query(const cJSON *messages) {
         if (!tool) return i;
     }
     return n - 1;
+}
+
+dt_status dt_chat_system_turn(const dt_chat_template *t, const char *system, const char *date, char **out) {
+    *out = NULL;
+    if (!t->preamble && (system || !t->default_system)) return DT_OK;
+    const char *c = t->preamble ? "" : t->default_system;
+    size_t n = strlen(c);
+    if (system) dt_chat_content(t, system, &c, &n);
+    int pre = t->preamble ? snprintf(NULL, 0, t->preamble, date ? date : LLAMA31_DATE) : 0;
+    char *o = malloc((size_t)pre + n + 1);
+    if (!o) return dt_error(DT_ERR_NOMEM, "out of memory for a chat's system turn");
+    if (t->preamble) snprintf(o, (size_t)pre + 1, t->preamble, date ? date : LLAMA31_DATE);
+    memcpy(o + pre, c, n), o[pre + n] = 0;
+    *out = o;
+    return DT_OK;
+}
+
+void dt_chat_today(char buf[32]) {
+    time_t now = time(NULL);
+    struct tm tm;
+    if (!localtime_r(&now, &tm) || !strftime(buf, 32, "%d %b %Y", &tm)) snprintf(buf, 32, "%s", LLAMA31_DATE);
 }
 
 void dt_chat_content(const dt_chat_template *t, const char *c, const char **start, size_t *n) {

@@ -62,15 +62,19 @@ static dt_status put_str(seq *s, dt_bpe *tok, const char *text, int scored) { re
 static dt_status render_turns(const cJSON *msgs, const dt_chat_template *t, dt_bpe *tok, const char *where, bool first, bool score, seq *s,
                               int *assistants) {
     dt_status st = first ? put_str(s, tok, t->begin, 0) : DT_OK;
-    const cJSON *r0 = msgs->child ? cJSON_GetObjectItemCaseSensitive(msgs->child, "role") : NULL;
-    if (!st && first && t->default_system && !(cJSON_IsString(r0) && !strcmp(r0->valuestring, "system"))) { /* (Qwen 2.5's) */
+    const cJSON *m = msgs->child, *r0 = m ? cJSON_GetObjectItemCaseSensitive(m, "role") : NULL, *c0 = m ? cJSON_GetObjectItemCaseSensitive(m, "content") : NULL;
+    char *sys = NULL; /* the template's own system turn (Qwen 2.5's where a chat has none, Llama 3.1's always) */
+    bool system0 = cJSON_IsString(r0) && !strcmp(r0->valuestring, "system") && cJSON_IsString(c0);
+    if (!st && first) st = dt_chat_system_turn(t, system0 ? c0->valuestring : NULL, NULL, &sys);
+    if (!st && sys) {
         char head[96];
         snprintf(head, sizeof head, t->head, "system");
-        if (!(st = put_str(s, tok, head, 0)) && !(st = put_str(s, tok, t->default_system, 0)) && !(st = put_str(s, tok, t->end, 0)))
+        if (!(st = put_str(s, tok, head, 0)) && !(st = put_str(s, tok, sys, 0)) && !(st = put_str(s, tok, t->end, 0)))
             st = put_str(s, tok, t->after, 0);
+        if (system0 && t->preamble) m = m->next; /* written in it */
     }
-    int k = 0;
-    for (const cJSON *m = msgs->child; m && !st; m = m->next, k++) {
+    free(sys);
+    for (int k = m != msgs->child; m && !st; m = m->next, k++) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         if (!cJSON_IsString(role) || !cJSON_IsString(content))
             return dt_error(DT_ERR_IO, "%s: message %d is not {\"role\": TEXT, \"content\": TEXT}", where, k);
@@ -259,7 +263,7 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
                       pair ? "examples (chats, prompts and completions)" : "preference pairs");
     } else if (pair && cJSON_IsArray(p) && cJSON_IsArray(ch) && cJSON_IsArray(rj)) {
         st = !tok || chat == DT_CHAT_NONE ? dt_error(DT_ERR_ARG, "%s: a conversational pair needs a tokenizer and a chat template (its "
-                                                     "tokenizer_config.json's, or --chat-template chatml|llama3|qwen3|qwen2.5)", where)
+                                                     "tokenizer_config.json's, or --chat-template KIND)", where)
                                           : render_chat_pair(p, ch, rj, chat, tok, where, &s, &s2);
     } else if (pair) {
         st = !cJSON_IsString(p) || !cJSON_IsString(ch) || !cJSON_IsString(rj)
@@ -270,7 +274,7 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
         st = !tok ? dt_error(DT_ERR_ARG, "%s: chat messages need a tokenizer with the template's special tokens (a byte-level model takes "
                              "prompts and completions)", where)
            : chat == DT_CHAT_NONE ? dt_error(DT_ERR_ARG, "%s: chat messages need a chat template: the tokenizer's tokenizer_config.json's, "
-                                             "or --chat-template chatml|llama3|qwen3|qwen2.5", where)
+                                             "or --chat-template KIND", where)
                                   : render_chat(msgs, chat, tok, where, &s);
     } else if (cJSON_IsString(p) && cJSON_IsString(c)) {
         st = render_completion(p->valuestring, c->valuestring, tok, eos, &s);

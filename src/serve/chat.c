@@ -1,6 +1,6 @@
 /* OpenAI's chat messages as one prompt: by the model's own chat template
  * where its tokenizer_config.json names one dtrain renders (ChatML's,
- * Llama 3's, Qwen 3's: data/chat_template.c), the assistant's head last and the
+ * Llama 3's, Qwen's, SmolLM2's: data/chat_template.c), the assistant's head last and the
  * answer ending at its end of turn; else (a GPT-2 has no template of its
  * own) by a plain, documented one (docs/serving.md) that a base model
  * continues naturally:
@@ -50,24 +50,44 @@ static dt_status content_text(const cJSON *c, int i, char **buf, size_t *len, si
     return DT_OK;
 }
 
-/* By the template t: its beginning, each message's head, content, end and what follows, the assistant's head last
- * (Qwen 3's: an answer's think block only after the last user query, and with thinking off an empty one to start). */
-static dt_status render_template(const dt_chat_template *t, const cJSON *messages, bool thinking, char **buf, size_t *len, size_t *cap) {
-    dt_status st = grow(buf, len, cap, t->begin, strlen(t->begin));
-    int i = 0, n = cJSON_GetArraySize(messages), last_query = dt_chat_last_query(messages);
-    const cJSON *m, *r0 = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(messages, 0), "role");
-    char head[96];
+/* The template's own system turn (Qwen 2.5's where the chat has none, Llama 3.1's always: its date the request's, else
+ * Llama 3.2's today's, else the template's own); *skip: the chat's first message is written in it. */
+static dt_status system_turn(const dt_chat_template *t, const cJSON *messages, const serve_chat_kwargs *kw, char **buf, size_t *len,
+                             size_t *cap, bool *skip) {
+    const cJSON *m0 = cJSON_GetArrayItem(messages, 0), *r0 = cJSON_GetObjectItemCaseSensitive(m0, "role");
     bool system0 = cJSON_IsString(r0) && (!strcmp(r0->valuestring, "system") || !strcmp(r0->valuestring, "developer"));
-    if (!st && t->default_system && !system0) { /* (Qwen 2.5's system turn where the chat has none) */
+    char *sys0 = NULL, *sys = NULL, today[32], head[96];
+    size_t n0 = 0, c0 = 0;
+    dt_status st = system0 ? content_text(cJSON_GetObjectItemCaseSensitive(m0, "content"), 0, &sys0, &n0, &c0) : DT_OK;
+    if (!kw->date && t->today) dt_chat_today(today);
+    if (!st) st = dt_chat_system_turn(t, system0 ? (sys0 ? sys0 : "") : NULL, kw->date ? kw->date : t->today ? today : NULL, &sys);
+    if (!st && sys) {
         snprintf(head, sizeof head, t->head, "system");
-        if (!(st = grow(buf, len, cap, head, strlen(head))) && !(st = grow(buf, len, cap, t->default_system, strlen(t->default_system))) &&
+        if (!(st = grow(buf, len, cap, head, strlen(head))) && !(st = grow(buf, len, cap, sys, strlen(sys))) &&
             !(st = grow(buf, len, cap, t->end, strlen(t->end))))
             st = grow(buf, len, cap, t->after, strlen(t->after));
     }
+    *skip = sys && system0 && t->preamble;
+    free(sys0), free(sys);
+    return st;
+}
+
+/* By the template t: its beginning, its own system turn, each message's head, content, end and what follows, the
+ * assistant's head last (Qwen 3's: an answer's think block only after the last user query, and with thinking off an
+ * empty one to start). */
+static dt_status render_template(const dt_chat_template *t, const cJSON *messages, const serve_chat_kwargs *kw, char **buf, size_t *len,
+                                 size_t *cap) {
+    dt_status st = grow(buf, len, cap, t->begin, strlen(t->begin));
+    int i = 0, n = cJSON_GetArraySize(messages), last_query = dt_chat_last_query(messages);
+    const cJSON *m;
+    char head[96];
+    bool skip = false;
+    if (!st) st = system_turn(t, messages, kw, buf, len, cap, &skip);
     cJSON_ArrayForEach(m, messages) {
         const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "role"), *c = cJSON_GetObjectItemCaseSensitive(m, "content");
         const char *role = cJSON_IsString(r) ? r->valuestring : "";
         if (!strcmp(role, "developer")) role = "system"; /* OpenAI's newer name */
+        if (skip && !i++) continue;
         if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))
             return dt_error(DT_ERR_ARG, "'messages' [%d]: role '%s': this server takes system, developer, user and assistant", i, role);
         char *text = NULL, *answer = NULL;
@@ -91,11 +111,11 @@ static dt_status render_template(const dt_chat_template *t, const cJSON *message
         i++;
     }
     snprintf(head, sizeof head, t->head, "assistant");
-    if (!(st = grow(buf, len, cap, head, strlen(head))) && t->no_think && !thinking) st = grow(buf, len, cap, t->no_think, strlen(t->no_think));
+    if (!(st = grow(buf, len, cap, head, strlen(head))) && t->no_think && !kw->thinking) st = grow(buf, len, cap, t->no_think, strlen(t->no_think));
     return st;
 }
 
-dt_status serve_chat_prompt(const cJSON *messages, dt_chat_kind chat, bool thinking, char **out, size_t *out_len) {
+dt_status serve_chat_prompt(const cJSON *messages, dt_chat_kind chat, const serve_chat_kwargs *kw, char **out, size_t *out_len) {
     *out = NULL;
     *out_len = 0;
     if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0)
@@ -105,7 +125,7 @@ dt_status serve_chat_prompt(const cJSON *messages, dt_chat_kind chat, bool think
     dt_status st = DT_OK;
     const dt_chat_template *t = dt_chat_template_of(chat);
     if (t) {
-        if ((st = render_template(t, messages, thinking, &buf, &len, &cap))) free(buf);
+        if ((st = render_template(t, messages, kw, &buf, &len, &cap))) free(buf);
         else *out = buf, *out_len = len;
         return st;
     }

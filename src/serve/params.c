@@ -105,17 +105,19 @@ static dt_status refuse_unsupported(const cJSON *o, const char **param) {
     return DT_OK;
 }
 
-/* chat_template_kwargs (vLLM's and SGLang's field): enable_thinking, whether Qwen 3 thinks (true unless said). */
-static dt_status read_template_kwargs(const cJSON *o, bool *thinking, const char **param) {
-    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(o, "chat_template_kwargs"), *f;
-    *thinking = true;
-    if (!kw || cJSON_IsNull(kw)) return DT_OK;
-    if (!cJSON_IsObject(kw)) return bad(param, "chat_template_kwargs", "'%s' must be an object%s", "");
-    cJSON_ArrayForEach(f, kw) {
-        if (strcmp(f->string, "enable_thinking") || !cJSON_IsBool(f))
-            return bad(param, "chat_template_kwargs", "'%s' holds '%s': this server reads enable_thinking (true or false) only",
-                       f->string);
-        *thinking = cJSON_IsTrue(f);
+/* chat_template_kwargs (vLLM's and SGLang's field): enable_thinking, whether Qwen 3 thinks (true unless said), and
+ * date_string, the date Llama 3.1's and 3.2's system turn names. */
+static dt_status read_template_kwargs(const cJSON *o, serve_chat_kwargs *kw, const char **param) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "chat_template_kwargs");
+    *kw = (serve_chat_kwargs){ .thinking = true };
+    if (!f || cJSON_IsNull(f)) return DT_OK;
+    if (!cJSON_IsObject(f)) return bad(param, "chat_template_kwargs", "'%s' must be an object%s", "");
+    for (f = f->child; f; f = f->next) {
+        if (!strcmp(f->string, "enable_thinking") && cJSON_IsBool(f)) kw->thinking = cJSON_IsTrue(f);
+        else if (!strcmp(f->string, "date_string") && cJSON_IsString(f) && strlen(f->valuestring) < 64) kw->date = f->valuestring;
+        else
+            return bad(param, "chat_template_kwargs", "'%s' holds '%s': this server reads enable_thinking (true or false) and "
+                       "date_string (a text of at most 63 bytes) only", f->string);
     }
     return DT_OK;
 }
@@ -124,11 +126,11 @@ static dt_status read_template_kwargs(const cJSON *o, bool *thinking, const char
 static dt_status read_messages(const cJSON *o, const serve_vocab *v, serve_params *p, const char **param) {
     char *text;
     size_t n;
-    bool thinking;
-    dt_status st = read_template_kwargs(o, &thinking, param);
+    serve_chat_kwargs kw;
+    dt_status st = read_template_kwargs(o, &kw, param);
     if (st) return st;
     *param = "messages";
-    st = serve_chat_prompt(cJSON_GetObjectItemCaseSensitive(o, "messages"), v->chat, thinking, &text, &n);
+    st = serve_chat_prompt(cJSON_GetObjectItemCaseSensitive(o, "messages"), v->chat, &kw, &text, &n);
     if (st) return st;
     st = dt_bpe_prompt(v->bpe, text, n, &p->prompt, &p->nprompt);
     free(text);

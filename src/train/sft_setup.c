@@ -63,8 +63,8 @@ dt_status dt_train_open_sft(run *r) {
     if (!st && r->vl && dt_loader_batches(r->vl) < (size_t)c->eval_batches) r->c.eval_batches = (int)dt_loader_batches(r->vl);
     if (!st && r->rank == 0 && !c->quiet)
         printf("supervised fine-tuning: %zu %s from %s (%s), %zu rows a global batch; the loss over the scored tokens%s\n",
-               dt_sft_rows(r->sft), c->pack ? "packed rows" : "examples", c->data, chat == DT_CHAT_CHATML ? "chatml" : chat == DT_CHAT_LLAMA3 ? "llama3" : !bytes ? "prompts and completions"
-                                                                                                                    : "prompts and completions, as bytes",
+               dt_sft_rows(r->sft), c->pack ? "packed rows" : "examples", c->data,
+               dt_chat_template_of(chat) ? dt_chat_template_of(chat)->kind : !bytes ? "prompts and completions" : "prompts and completions, as bytes",
                (size_t)c->batch * (size_t)r->dp_size, eos >= 0 && chat == DT_CHAT_NONE ? ", a completion ends with the end-of-text token" : "");
     return st;
 }
