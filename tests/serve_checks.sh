@@ -253,10 +253,16 @@ r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d '
 echo "$r" | grep -q "role 'tool'" && [ "${r##* }" = 400 ] && ok "a chat message of role tool: 400 naming it" || fail "chat role tool: $r"
 r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"tools":[]}}')
 echo "$r" | grep -q "holds 'tools': this server reads enable_thinking" && [ "${r##* }" = 400 ] &&
-    ok "chat_template_kwargs other than enable_thinking: 400 naming it" || fail "chat_template_kwargs tools: $r"
+    ok "chat_template_kwargs other than enable_thinking and date_string: 400 naming it" || fail "chat_template_kwargs tools: $r"
+r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"date_string":5}}')
+echo "$r" | grep -q "holds 'date_string'" && [ "${r##* }" = 400 ] && ok "chat_template_kwargs date_string not a text: 400 naming it" ||
+    fail "chat_template_kwargs date_string 5: $r"
 r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d "{\"messages\":$msgs,\"max_tokens\":8,\"temperature\":0,\"chat_template_kwargs\":{\"enable_thinking\":false}}")
 [ "${r##* }" = 200 ] && echo "$r" | grep -qF "\"content\":$(printf '%s' "$cw" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')" &&
     ok "enable_thinking false on a template without thinking changes nothing: 200, the same answer" || fail "enable_thinking false: $r"
+r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d "{\"messages\":$msgs,\"max_tokens\":8,\"temperature\":0,\"chat_template_kwargs\":{\"date_string\":\"01 Jan 2025\"}}")
+[ "${r##* }" = 200 ] && echo "$r" | grep -qF "\"content\":$(printf '%s' "$cw" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')" &&
+    ok "date_string on a template without a date changes nothing: 200, the same answer" || fail "date_string: $r"
 r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/completions" -d '{"prompt": ["The", "A"]}')
 echo "$r" | grep -q "several prompts: one prompt a request" && [ "${r##* }" = 400 ] && ok "two prompts in one request: 400, one prompt a request" ||
     fail "two prompts: $r"
