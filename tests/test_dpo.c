@@ -46,7 +46,7 @@ static dt_status load_pairs(const char *dir, const char *file, dt_sft **out) {
     dt_status st = dt_bpe_load_json(path, &tok);
     int eos = -1;
     dt_chat_kind chat = DT_CHAT_NONE; /* the folder's template: ChatML */
-    if (!st) st = dt_tokenizer_config_read(path, tok, &chat, &eos);
+    if (!st) st = dt_tokenizer_config_read(path, tok, &chat, &eos, NULL);
     snprintf(path, sizeof path, "%s/dpo/%s", dir, file);
     if (!st) st = dt_sft_load(path, tok, chat, eos, T, out);
     dt_bpe_destroy(tok);

@@ -10,6 +10,8 @@
 #include "dtrain/program.h"
 #include "dtrain/train.h"
 
+#include <cjson/cJSON.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -473,9 +475,9 @@ static void observer_checks(void) {
 
 /* A GGUF's header as gguf_checks reads it: the architecture, K/V heads, and each tensor's name, dims and data. */
 typedef struct {
-    char arch[16], pre[16], token[64];
+    char arch[16], pre[16], token[64], chat_template[256];
     uint64_t ntokens, nmerges;
-    unsigned kv_heads;
+    unsigned kv_heads, eos;
     int n;
     char name[64][48];
     uint64_t dims[64][3], offset[64];
@@ -494,6 +496,7 @@ static void gguf_value(const uint8_t **p, uint32_t t, const char *key, gguf_view
         if (!strcmp(key, "general.architecture")) snprintf(g->arch, sizeof g->arch, "%.*s", (int)n, (const char *)*p);
         if (!strcmp(key, "tokenizer.ggml.pre")) snprintf(g->pre, sizeof g->pre, "%.*s", (int)n, (const char *)*p);
         if (!strcmp(key, "last token")) snprintf(g->token, sizeof g->token, "%.*s", (int)n, (const char *)*p);
+        if (!strcmp(key, "tokenizer.chat_template")) snprintf(g->chat_template, sizeof g->chat_template, "%.*s", (int)n, (const char *)*p);
         *p += n;
     } else if (t == 9) { /* an array */
         uint32_t et = rd32(p);
@@ -503,6 +506,7 @@ static void gguf_value(const uint8_t **p, uint32_t t, const char *key, gguf_view
         for (uint64_t i = 0; i < n; i++) gguf_value(p, et, !strcmp(key, "tokenizer.ggml.tokens") && i + 1 == n ? "last token" : "", g);
     } else {
         if (!strcmp(key, "llama.attention.head_count_kv")) memcpy(&g->kv_heads, *p, 4);
+        if (!strcmp(key, "tokenizer.ggml.eos_token_id")) memcpy(&g->eos, *p, 4);
         const char *dot = strchr(key, '.');
         if (dot && !strcmp(dot, ".expert_count")) memcpy(&g->experts, *p, 4);
         if (dot && !strcmp(dot, ".expert_used_count")) memcpy(&g->experts_used, *p, 4);
@@ -635,36 +639,75 @@ static void gguf_moe_checks(const char *dir) {
 }
 
 /* A GGUF with a tokenizer's vocabulary (the Llama 3-style fixture's) on a model of as many tokens: its tokens, merges
- * and llama.cpp's name for its pattern; a model with fewer tokens than the tokenizer is refused, nothing written.
- * (llama.cpp reading such a file and printing HF's text: scripts/check_decode_parity.py.) */
+ * and llama.cpp's name for its pattern, and from a tokenizer_config.json beside it the chat template and the
+ * end-of-text it names (<|eot_id|>, not the vocabulary's <|end_of_text|>); a model with fewer tokens than the tokenizer
+ * is refused, nothing written. An HF folder gets the tokenizer's files, byte for byte. (llama.cpp reading such a file
+ * and printing HF's text: scripts/check_decode_parity.py.) */
 static void gguf_tokenizer_checks(const char *dir) {
-    char tpath[512], out[] = "/tmp/dtrain-test-gguf-tok-XXXXXX";
-    snprintf(tpath, sizeof tpath, "%s/tokenizer/llama3.json", dir);
-    int fd = mkstemp(out);
+    char tpath[512], out[] = "/tmp/dtrain-test-gguf-tok-XXXXXX", folder[] = "/tmp/dtrain-test-tokdir-XXXXXX", copy[] = "/tmp/dtrain-test-hfdir-XXXXXX";
+    char path[600], *jinja = NULL, *a = NULL, *b = NULL;
+    static const char tmpl[] = "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>{% endfor %}";
+    int fd = mkstemp(out), eos = -1;
     if (fd >= 0) close(fd);
     unlink(out);
     dt_bpe *tok = NULL;
     dt_gpt2 *m = NULL, *small_m = NULL;
     dt_lm_config c = small("llama", 2, false);
     c.vocab_size = 2004, c.padded_vocab_size = 2048;
-    dt_status st = fd < 0 ? DT_ERR_IO : dt_bpe_load_json(tpath, &tok);
+    dt_status st = fd < 0 || !mkdtemp(folder) || !mkdtemp(copy) ? DT_ERR_IO : DT_OK;
+    snprintf(tpath, sizeof tpath, "%s/tokenizer/llama3.json", dir);
+    if (!st) st = dt_file_read_text(tpath, 1 << 24, &a, NULL);
+    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", folder);
+    if (!st) st = dt_file_write_atomic(tpath, (const void *[]){ a }, (size_t[]){ strlen(a) }, 1);
+    cJSON *cfg = cJSON_CreateObject();
+    cJSON_AddStringToObject(cfg, "chat_template", tmpl);
+    cJSON_AddStringToObject(cfg, "eos_token", "<|eot_id|>");
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", folder);
+    char *cfg_text = cJSON_PrintUnformatted(cfg);
+    if (!st) st = cfg_text ? dt_file_write_atomic(path, (const void *[]){ cfg_text }, (size_t[]){ strlen(cfg_text) }, 1) : DT_ERR_NOMEM;
+    free(cfg_text);
+    if (!st) st = dt_bpe_load_json(tpath, &tok);
+    if (!st) st = dt_tokenizer_config_read(tpath, tok, NULL, &eos, &jinja);
     if (!st) st = dt_gpt2_create(&c, &m);
-    if (!st) dt_gpt2_init_random(m, 3), st = dt_gguf_save(out, m, tok);
+    if (!st) dt_gpt2_init_random(m, 3), st = dt_gguf_save(out, m, &(dt_gguf_vocab){ tok, jinja, eos });
     char *file = NULL;
     size_t len = 0;
     if (!st) st = dt_file_read_text(out, 1 << 24, &file, &len);
     gguf_view g;
     bool ok = !st && gguf_read((const uint8_t *)file, &g) && !strcmp(g.pre, "llama-bpe") && g.ntokens == 2004 &&
               g.nmerges == (uint64_t)dt_bpe_merge_count(tok) && !strcmp(g.token, "\xc4\xa0Moskva");
+    int added;
+    const char *eos_text = ok ? dt_bpe_token_text(tok, g.eos, &added) : NULL;
+    bool templated = ok && !strcmp(g.chat_template, tmpl) && eos >= 0 && g.eos == (unsigned)eos && eos_text && !strcmp(eos_text, "<|eot_id|>");
     free(file);
     unlink(out);
+    /* the folder's files, copied */
+    if (!st) st = dt_hf_tokenizer_copy(tpath, copy);
+    bool copied = !st;
+    for (int i = 0; copied && i < 2; i++) {
+        static const char *names[] = { "tokenizer.json", "tokenizer_config.json" };
+        size_t na = 0, nb = 0;
+        free(a), free(b), a = b = NULL;
+        snprintf(path, sizeof path, "%s/%s", folder, names[i]);
+        copied = !dt_file_read_text(path, 1 << 24, &a, &na);
+        snprintf(path, sizeof path, "%s/%s", copy, names[i]);
+        copied = copied && !dt_file_read_text(path, 1 << 24, &b, &nb) && na == nb && !memcmp(a, b, na);
+    }
+    snprintf(path, sizeof path, "%s/special_tokens_map.json", copy);
+    copied = copied && access(path, F_OK) != 0; /* (the folder has none: none is written) */
     dt_lm_config c2 = small("llama", 2, false); /* 101 tokens: fewer than the tokenizer's */
     dt_status refused = st ? DT_OK : dt_gpt2_create(&c2, &small_m);
-    if (!refused) refused = dt_gguf_save(out, small_m, tok);
+    if (!refused) refused = dt_gguf_save(out, small_m, &(dt_gguf_vocab){ tok, NULL, -1 });
     bool named = refused && strstr(dt_last_error(), "the tokenizer has 2004 tokens, the model only 101") && access(out, F_OK) != 0;
-    if (!ok || !named) failed++;
-    printf("%-12s GGUF with a tokenizer: llama-bpe, %llu tokens, %llu merges%s; a smaller model refused%s%s\n", "llama3", (unsigned long long)g.ntokens,
-           (unsigned long long)g.nmerges, ok ? "" : "   FAIL", named ? "" : "   FAIL ", st ? dt_last_error() : "");
+    if (!ok || !templated || !copied || !named) failed++;
+    printf("%-12s GGUF with a tokenizer: llama-bpe, %llu tokens, %llu merges%s; its chat template and end-of-text %u%s; the folder's "
+           "tokenizer files copied%s; a smaller model refused%s%s\n", "llama3", (unsigned long long)g.ntokens, (unsigned long long)g.nmerges,
+           ok ? "" : "   FAIL", g.eos, templated ? "" : "   FAIL", copied ? "" : "   FAIL", named ? "" : "   FAIL ", st ? dt_last_error() : "");
+    char rm[200];
+    snprintf(rm, sizeof rm, "rm -rf %s %s", folder, copy);
+    if (system(rm) != 0) printf("   (could not remove %s, %s)\n", folder, copy);
+    cJSON_Delete(cfg);
+    free(jinja), free(a), free(b);
     dt_gpt2_destroy(m);
     dt_gpt2_destroy(small_m);
     dt_bpe_destroy(tok);

@@ -44,6 +44,9 @@ dt_status dt_safetensors_load_resnet(const char *path, dt_resnet *m);
 /* A Hugging Face folder: dir/config.json (GPT2Config) and dir/model.safetensors
  * (f32), which GPT2LMHeadModel.from_pretrained(dir) loads. */
 dt_status dt_hf_folder_save(const char *dir, dt_gpt2 *m);
+/* A tokenizer's files into an HF folder dir: tokenizer_json as dir/tokenizer.json, and the tokenizer_config.json,
+ * special_tokens_map.json and generation_config.json beside it where it has them (each written atomically). */
+dt_status dt_hf_tokenizer_copy(const char *tokenizer_json, const char *dir);
 /* An error naming the architecture and model_type that dir/config.json gives when they are not GPT-2's (no
  * config.json, or an unreadable one: DT_OK, the weights are checked as they are read). */
 dt_status dt_hf_folder_check(const char *dir);
@@ -95,9 +98,15 @@ dt_status dt_peft_load(const char *dir, dt_program *p);
 /* Load, then merge into the base (dt_program_lora_merge): a plain model that decodes as base and adapters do. */
 dt_status dt_peft_merge(const char *dir, dt_program *p);
 /* A whole model as llama.cpp's GGUF (version 3, f32; io/gguf.c says what it holds), written atomically; its
- * vocabulary tok's (a byte-level BPE: GPT-2's or Llama 3's pattern), or with tok NULL bytes and placeholders. */
+ * vocabulary v's tokenizer (a byte-level BPE: GPT-2's, Llama 3's or Qwen 2's pattern) with its chat template (NULL:
+ * none) and end-of-text id (-1: the vocabulary's, by its text), or with v NULL bytes and placeholders. */
 typedef struct dt_bpe dt_bpe;
-dt_status dt_gguf_save(const char *path, dt_gpt2 *m, const dt_bpe *tok);
+typedef struct {
+    const dt_bpe *bpe;
+    const char *chat_template; /* tokenizer_config.json's (Jinja), written as tokenizer.chat_template */
+    int eos;                   /* tokenizer_config.json's eos_token's id */
+} dt_gguf_vocab;
+dt_status dt_gguf_save(const char *path, dt_gpt2 *m, const dt_gguf_vocab *v);
 
 /* Writes bytes to path atomically: path.tmp.PID, fsync, rename; temporaries
  * that killed saves left beside path are removed first. */

@@ -5,6 +5,7 @@
 #include "dtrain/train.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -18,9 +19,12 @@ static void usage(FILE *f) {
                "                                                 HF folder: a conversion) as OUT.safetensors (HF names), OUT.bin\n"
                "                                                 (llm.c's), or a folder OUT/ with config.json and\n"
                "                                                 model.safetensors that from_pretrained loads (GPT-2, Llama,\n"
-               "                                                 Qwen 2), or OUT.gguf for llama.cpp (f32; its vocabulary\n"
-               "                                                 that of --tokenizer tokenizer.json or of MODEL's own, else\n"
-               "                                                 the 256 bytes then placeholders: token ids mean the same)\n"
+               "                                                 Qwen 2), or OUT.gguf for llama.cpp (f32). The tokenizer:\n"
+               "                                                 --tokenizer tokenizer.json or MODEL's own; a folder gets its\n"
+               "                                                 files (tokenizer.json, and beside it tokenizer_config.json,\n"
+               "                                                 special_tokens_map.json, generation_config.json), a GGUF its\n"
+               "                                                 vocabulary, chat template and end-of-text (without one: the\n"
+               "                                                 256 bytes then placeholders, token ids meaning the same)\n"
                "       dtrain ckpt merge MODEL ADAPTERS OUT [--tokenizer F]  MODEL with PEFT's LoRA adapters (the folder\n"
                "                                                 ADAPTERS, or a LoRA run's --save DIR) merged into it, W +\n"
                "                                                 (alpha/r) B A as PEFT's merge_and_unload, written as export\n"
@@ -44,8 +48,8 @@ static int export_model(const char *model, const char *lora, const char *out, co
     const char *cmd = lora ? "ckpt merge" : "ckpt export";
     char kind = export_kind(out);
     if (!kind) { dt_log(DT_LOG_ERROR, "%s", dt_last_error()); return 2; }
-    if (tok_flag && kind != 'g') {
-        dt_log(DT_LOG_ERROR, "%s: --tokenizer goes into a GGUF (OUT.gguf); %s is not one", cmd, out);
+    if (tok_flag && kind != 'g' && kind != 'd') {
+        dt_log(DT_LOG_ERROR, "%s: --tokenizer goes into a GGUF (OUT.gguf) or beside a folder's weights; %s is neither", cmd, out);
         return 2;
     }
     dt_gpt2 *m;
@@ -57,19 +61,25 @@ static int export_model(const char *model, const char *lora, const char *out, co
         dt_gpt2_destroy(m);
         return 1;
     }
-    /* a GGUF's vocabulary: --tokenizer's, or the model folder's own tokenizer.json */
+    /* a GGUF's vocabulary, chat template and end-of-text, and a folder's tokenizer files: --tokenizer's (and its
+     * folder's tokenizer_config.json), or the model folder's own */
     dt_bpe *tok = NULL;
-    char found[4200];
+    char found[4200], *jinja = NULL;
+    int eos = -1;
     struct stat sb;
     snprintf(found, sizeof found, "%s/tokenizer.json", model);
-    const char *tpath = tok_flag ? tok_flag : kind == 'g' && stat(found, &sb) == 0 ? found : NULL;
+    const char *tpath = tok_flag ? tok_flag : (kind == 'g' || kind == 'd') && stat(found, &sb) == 0 ? found : NULL;
     dt_status st = tpath ? dt_bpe_load_json(tpath, &tok) : DT_OK;
+    if (!st && tok && kind == 'g') st = dt_tokenizer_config_read(tpath, tok, NULL, &eos, &jinja);
     if (!st) st = kind == 'b' ? dt_llmc_save(out, m) : kind == 's' ? dt_safetensors_save(out, m, DT_F32)
-                   : kind == 'g' ? dt_gguf_save(out, m, tok) : dt_hf_folder_save(out, m);
+                   : kind == 'g' ? dt_gguf_save(out, m, tok ? &(dt_gguf_vocab){ tok, jinja, eos } : NULL) : dt_hf_folder_save(out, m);
+    if (!st && kind == 'd' && tpath) st = dt_hf_tokenizer_copy(tpath, out);
     dt_bpe_destroy(tok);
+    free(jinja);
     dt_gpt2_destroy(m);
     if (st) { dt_log(DT_LOG_ERROR, "%s: %s", cmd, dt_last_error()); return 1; }
-    const char *what = kind == 'd' ? " (config.json, model.safetensors)" : "";
+    const char *what = kind == 'd' && tpath ? " (config.json, model.safetensors and the tokenizer's files)"
+                       : kind == 'd' ? " (config.json, model.safetensors)" : "";
     if (lora) printf("wrote %s%s (%s with %s merged)\n", out, what, model, lora);
     else if (step >= 0) printf("wrote %s%s (step %d of %s)\n", out, what, step, model);
     else printf("wrote %s%s (from %s)\n", out, what, model);

@@ -175,7 +175,7 @@ void dt_chat_content(const dt_chat_template *t, const char *c, const char **star
     *start = c + i, *n = len - i;
 }
 
-dt_status dt_tokenizer_config_read(const char *tokenizer_json, dt_bpe *tok, dt_chat_kind *chat, int *eos) {
+dt_status dt_tokenizer_config_read(const char *tokenizer_json, dt_bpe *tok, dt_chat_kind *chat, int *eos, char **jinja) {
     char path[4200], *text = NULL;
     const char *slash = strrchr(tokenizer_json, '/');
     snprintf(path, sizeof path, "%.*stokenizer_config.json", slash ? (int)(slash - tokenizer_json + 1) : 0, tokenizer_json);
@@ -188,7 +188,13 @@ dt_status dt_tokenizer_config_read(const char *tokenizer_json, dt_bpe *tok, dt_c
     dt_status st = DT_OK;
     char where[4300];
     snprintf(where, sizeof where, "%s: \"chat_template\"", path);
+    if (cJSON_IsArray(tmpl)) /* (the older form: named templates, "default" the one applied) */
+        for (const cJSON *t = tmpl->child; t; t = t->next) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+            if (cJSON_IsString(name) && !strcmp(name->valuestring, "default")) tmpl = cJSON_GetObjectItemCaseSensitive(t, "template");
+        }
     if (chat && *chat == DT_CHAT_NONE && cJSON_IsString(tmpl)) st = dt_chat_kind_of_template(tmpl->valuestring, where, chat);
+    if (!st && jinja && cJSON_IsString(tmpl) && !(*jinja = strdup(tmpl->valuestring))) st = dt_error(DT_ERR_NOMEM, "out of memory");
     if (!st && eos && cJSON_IsString(e) && tok) {
         uint32_t *ids = NULL;
         size_t n = 0, cap = 0;

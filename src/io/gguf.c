@@ -4,7 +4,8 @@
  * llama.cpp's rope turns adjacent pairs; a mixture's experts stacked in one tensor a layer (ffn_*_exps, [E, rows,
  * cols] as dtrain keeps them) with the expert counts' keys. The vocabulary: a tokenizer's (tokenizer.json: its tokens, merges, added
  * tokens, pattern by llama.cpp's name) where one is given; else the 256 bytes in GPT-2's byte-to-character order, then
- * placeholders "<tN>", so token ids mean the same on both sides (a byte-level model's text reads the same). Debian packages no GGUF library for C (ggml's
+ * placeholders "<tN>", so token ids mean the same on both sides (a byte-level model's text reads the same); with a
+ * tokenizer, its tokenizer_config.json's chat template and end-of-text, as llama.cpp's converter takes them. Debian packages no GGUF library for C (ggml's
  * gguf.c is not in bookworm); the format is a header of typed key/values, tensor records, then aligned data. */
 #include "dtrain/data.h"
 #include "dtrain/io.h"
@@ -67,8 +68,11 @@ static const char *token_of(const dt_bpe *t, int i, char ph[24], uint32_t *type)
 }
 
 /* The vocabulary: tokens, types, merges (llama.cpp's BPE wants the list, empty without a tokenizer), llama.cpp's name
- * for the pattern, the begin- and end-of-text tokens (without a tokenizer the last id, never added). */
-static dt_status vocabulary(buf *b, int V, const dt_bpe *t, const char *path) {
+ * for the pattern, the begin- and end-of-text tokens (without a tokenizer the last id, never added; the end-of-text
+ * tokenizer_config.json names, else the vocabulary's by its text), the chat template (as convert_hf_to_gguf.py writes
+ * it: llama.cpp's chat and server read it). */
+static dt_status vocabulary(buf *b, int V, const dt_gguf_vocab *v, const char *path) {
+    const dt_bpe *t = v ? v->bpe : NULL;
     const char *pat = t ? dt_bpe_pattern(t) : dt_bpe_gpt2_pattern;
     const char *pre = !pat ? NULL
                       : !strcmp(pat, dt_bpe_gpt2_pattern) ? "gpt-2"
@@ -79,6 +83,7 @@ static dt_status vocabulary(buf *b, int V, const dt_bpe *t, const char *path) {
                         "llama.cpp is told by name", path);
     if (t && dt_bpe_vocab_size(t) > V)
         return dt_error(DT_ERR_ARG, "%s: the tokenizer has %d tokens, the model only %d", path, dt_bpe_vocab_size(t), V);
+    if (t && v->eos >= V) return dt_error(DT_ERR_ARG, "%s: the end-of-text token %d is beyond the model's %d", path, v->eos, V);
     kv_str(b, "tokenizer.ggml.model", "gpt2"); /* byte-level BPE */
     kv_str(b, "tokenizer.ggml.pre", pre);
     key(b, NULL, "tokenizer.ggml.tokens", GGUF_ARRAY);
@@ -102,8 +107,10 @@ static dt_status vocabulary(buf *b, int V, const dt_bpe *t, const char *path) {
     put_u64(b, (uint64_t)nm);
     for (int i = 0; i < nm; i++) put_str(b, dt_bpe_merge(t, i));
     if (bos >= 0) kv_u32(b, NULL, "tokenizer.ggml.bos_token_id", (uint32_t)bos);
+    if (t && v->eos >= 0) eos = v->eos;
     if (eos >= 0) kv_u32(b, NULL, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
     kv_bool(b, "tokenizer.ggml.add_bos_token", t && bos >= 0);
+    if (t && v->chat_template) kv_str(b, "tokenizer.chat_template", v->chat_template);
     return DT_OK;
 }
 
@@ -230,7 +237,7 @@ static void rope_divisors(float *out, float *freqs, const dt_lm_config *c) {
     for (int i = 0; i < half; i++) out[i] = freqs[i] / freqs[half + i];
 }
 
-dt_status dt_gguf_save(const char *path, dt_gpt2 *m, const dt_bpe *tok) {
+dt_status dt_gguf_save(const char *path, dt_gpt2 *m, const dt_gguf_vocab *v) {
     dt_status st = dt_gpt2_check_whole(m, "a GGUF export");
     if (st) return st;
     dt_program *p = dt_gpt2_program(m);
@@ -242,7 +249,7 @@ dt_status dt_gguf_save(const char *path, dt_gpt2 *m, const dt_bpe *tok) {
     const dt_tensor_info *tab = dt_program_tensors(p, &n);
     buf h = { 0 }, kv = { 0 }, recs = { 0 };
     architecture(&kv, c, arch);
-    if ((st = vocabulary(&kv, c->vocab_size, tok, path))) { free(kv.p); return st; }
+    if ((st = vocabulary(&kv, c->vocab_size, v, path))) { free(kv.p); return st; }
     int half = c->rope_factor > 0 ? c->head_dim / 2 : 0;
     float *freqs = half ? calloc(2 * (size_t)half, sizeof(float)) : NULL;
     size_t data = tensor_records(&recs, tab, n, c, half, &ntensors);

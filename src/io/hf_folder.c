@@ -129,6 +129,28 @@ dt_status dt_hf_folder_save(const char *dir, dt_gpt2 *m) {
     return dt_json_write_file(j, 1, path);
 }
 
+dt_status dt_hf_tokenizer_copy(const char *tokenizer_json, const char *dir) {
+    static const char *beside[] = { "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json" };
+    const char *slash = strrchr(tokenizer_json, '/');
+    int at = slash ? (int)(slash - tokenizer_json + 1) : 0;
+    dt_status st = DT_OK;
+    for (size_t i = 0; i < sizeof beside / sizeof *beside && !st; i++) {
+        char from[4200], to[4200], *text = NULL;
+        size_t len = 0;
+        if (i == 0) snprintf(from, sizeof from, "%s", tokenizer_json);
+        else snprintf(from, sizeof from, "%.*s%s", at, tokenizer_json, beside[i]);
+        snprintf(to, sizeof to, "%s/%s", dir, beside[i]);
+        if (dt_file_read_text(from, (size_t)1 << 30, &text, &len)) {
+            if (i == 0) st = dt_error(DT_ERR_IO, "%s: cannot read the tokenizer to copy into %s", from, dir);
+            continue; /* the others: where the tokenizer has them */
+        }
+        const void *parts[1] = { text };
+        st = dt_file_write_atomic(to, parts, &len, 1);
+        free(text);
+    }
+    return st;
+}
+
 dt_status dt_hf_folder_check(const char *dir) {
     char path[4200], *text = NULL;
     snprintf(path, sizeof path, "%s/config.json", dir);

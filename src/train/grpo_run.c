@@ -87,7 +87,7 @@ static dt_status open_tokenizer(run *r, dt_grpo_run *gr) {
     if (st || !gr->tok) return st;
     char found[4200];
     snprintf(found, sizeof found, "%s/tokenizer.json", c->model);
-    st = dt_tokenizer_config_read(c->tokenizer ? c->tokenizer : found, gr->tok, NULL, &gr->eos);
+    st = dt_tokenizer_config_read(c->tokenizer ? c->tokenizer : found, gr->tok, NULL, &gr->eos, NULL);
     if (st == DT_ERR_UNSUPPORTED) st = DT_OK, gr->eos = -1; /* no tokenizer_config.json: completions run to their length */
     return st;
 }
