@@ -108,10 +108,11 @@ dt_status dt_chat_answer(const dt_chat_template *t, const char *content, const c
  * original template: after the last user query, the last message always, an earlier one where it has a reasoning;
  * last_query: dt_chat_last_query's). */
 int dt_chat_prompt_block(int i, int n, int last_query);
-/* The system turn t writes before a chat's messages, its content into *out (the caller frees; NULL: none, the messages
- * as they are): with a preamble (Llama 3.1's) always, the preamble with date (NULL: the template's own, as training
- * renders it) and the chat's system message (system: the first message's content where its role is system, NULL
- * where not), which the caller then does not write again; else t's default system text where system is NULL. */
+/* The system turn t writes before a chat's messages, whole (its head, content, end and what follows) into *out (the
+ * caller frees; NULL: none, the messages as they are): with a preamble (Llama 3.1's) always, the preamble with date
+ * (NULL: the template's own, as training renders it; at most 63 bytes) and the chat's system message (system: the
+ * first message's content where its role is system, NULL where not), which the caller then does not write again;
+ * else t's default system text where system is NULL. */
 dt_status dt_chat_system_turn(const dt_chat_template *t, const char *system, const char *date, char **out);
 /* Today's date as Llama 3.2's template writes it (strftime's "%d %b %Y", local time) into buf. */
 void dt_chat_today(char buf[32]);

@@ -153,11 +153,13 @@ dt_status dt_chat_system_turn(const dt_chat_template *t, const char *system, con
     const char *c = t->preamble ? "" : t->default_system;
     size_t n = strlen(c);
     if (system) dt_chat_content(t, system, &c, &n);
-    int pre = t->preamble ? snprintf(NULL, 0, t->preamble, date ? date : LLAMA31_DATE) : 0;
-    char *o = malloc((size_t)pre + n + 1);
+    char head[96], pre[160] = "";
+    snprintf(head, sizeof head, t->head, "system");
+    if (t->preamble) snprintf(pre, sizeof pre, t->preamble, date ? date : LLAMA31_DATE);
+    size_t len = strlen(head) + strlen(pre) + n + strlen(t->end) + strlen(t->after);
+    char *o = malloc(len + 1);
     if (!o) return dt_error(DT_ERR_NOMEM, "out of memory for a chat's system turn");
-    if (t->preamble) snprintf(o, (size_t)pre + 1, t->preamble, date ? date : LLAMA31_DATE);
-    memcpy(o + pre, c, n), o[pre + n] = 0;
+    snprintf(o, len + 1, "%s%s%.*s%s%s", head, pre, (int)n, c, t->end, t->after);
     *out = o;
     return DT_OK;
 }

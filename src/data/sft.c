@@ -66,13 +66,8 @@ static dt_status render_turns(const cJSON *msgs, const dt_chat_template *t, dt_b
     char *sys = NULL; /* the template's own system turn (Qwen 2.5's where a chat has none, Llama 3.1's always) */
     bool system0 = cJSON_IsString(r0) && !strcmp(r0->valuestring, "system") && cJSON_IsString(c0);
     if (!st && first) st = dt_chat_system_turn(t, system0 ? c0->valuestring : NULL, NULL, &sys);
-    if (!st && sys) {
-        char head[96];
-        snprintf(head, sizeof head, t->head, "system");
-        if (!(st = put_str(s, tok, head, 0)) && !(st = put_str(s, tok, sys, 0)) && !(st = put_str(s, tok, t->end, 0)))
-            st = put_str(s, tok, t->after, 0);
-        if (system0 && t->preamble) m = m->next; /* written in it */
-    }
+    if (!st && sys) st = put_str(s, tok, sys, 0);
+    if (sys && system0 && t->preamble) m = m->next; /* written in it */
     free(sys);
     for (int k = m != msgs->child; m && !st; m = m->next, k++) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");

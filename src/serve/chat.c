@@ -56,17 +56,12 @@ static dt_status system_turn(const dt_chat_template *t, const cJSON *messages, c
                              size_t *cap, bool *skip) {
     const cJSON *m0 = cJSON_GetArrayItem(messages, 0), *r0 = cJSON_GetObjectItemCaseSensitive(m0, "role");
     bool system0 = cJSON_IsString(r0) && (!strcmp(r0->valuestring, "system") || !strcmp(r0->valuestring, "developer"));
-    char *sys0 = NULL, *sys = NULL, today[32], head[96];
+    char *sys0 = NULL, *sys = NULL, today[32];
     size_t n0 = 0, c0 = 0;
     dt_status st = system0 ? content_text(cJSON_GetObjectItemCaseSensitive(m0, "content"), 0, &sys0, &n0, &c0) : DT_OK;
     if (!kw->date && t->today) dt_chat_today(today);
     if (!st) st = dt_chat_system_turn(t, system0 ? (sys0 ? sys0 : "") : NULL, kw->date ? kw->date : t->today ? today : NULL, &sys);
-    if (!st && sys) {
-        snprintf(head, sizeof head, t->head, "system");
-        if (!(st = grow(buf, len, cap, head, strlen(head))) && !(st = grow(buf, len, cap, sys, strlen(sys))) &&
-            !(st = grow(buf, len, cap, t->end, strlen(t->end))))
-            st = grow(buf, len, cap, t->after, strlen(t->after));
-    }
+    if (!st && sys) st = grow(buf, len, cap, sys, strlen(sys));
     *skip = sys && system0 && t->preamble;
     free(sys0), free(sys);
     return st;
