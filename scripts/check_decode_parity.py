@@ -80,9 +80,9 @@ SILENT = [0]  # llama.cpp's starts that printed nothing
 
 
 def llama_completion(exe, gguf, prompt, n):
-    """llama-completion's stdout, greedy in f32. On this build (0.3.36, OpenMP) about one start in ten prints nothing
-    and exits 0 right after its threadpool's start, on the very file another start decodes: that start is run again
-    (at most 5 times; counted in SILENT, said at the end), not taken for an answer."""
+    """llama-completion's stdout, greedy in f32. On this build (0.3.36, OpenMP) some starts (5-19 in 100 here) print
+    nothing and exit 0 right after the threadpool's start, on the very file another start decodes: such a start is run
+    again (at most 5 times; counted in SILENT, said at the end), not taken for an answer."""
     for _ in range(5):
         out = subprocess.run([exe, "-m", gguf, "-p", prompt, "-n", str(n), "--top-k", "1", "--temp", "0", "-t", "1", "-no-cnv",
                               "--no-warmup", "-c", "512", "-fa", "off", "-ctk", "f32", "-ctv", "f32"], capture_output=True,
