@@ -3,7 +3,9 @@
 and `dtrain train --report` with the same flags, then predicted against
 measured peak resident memory (the largest rank) and step time (the median
 step after the first two). Under expert parallelism a row is also planned at the run's own expert
-load (--expert-load: the busiest rank's routed rows over the mean, which the routing decides).
+load (--expert-load: the busiest rank's routed rows over the mean, which the routing decides): its step
+time at the load's median over those steps, its memory at the most any step routed (the exchange's
+buffers grow to it).
 
 Rounds interleave the rows (every row once a round, the order reversed on odd
 rounds) and each round plans a row just before running it: the plan times its
@@ -78,7 +80,9 @@ def measure(dtrain, data, flags, steps):
         ms = [x["ms"] for x in lines]
         # expert parallelism: the busiest rank's routed rows over its group's mean, over the same steps as the time
         load = [x["expert_rank_load_max_mean"] for x in (lines[2:] if len(lines) > 3 else lines) if "expert_rank_load_max_mean" in x]
-        return (peak, statistics.median(ms[2:] if len(ms) > 3 else ms), others, statistics.median(load) if load else None), None
+        # and over every step, the most: the buffers grow to the most rows a step routed to a rank, and keep that room
+        most = max((x["expert_rank_load_max_mean"] for x in lines if "expert_rank_load_max_mean" in x), default=None)
+        return (peak, statistics.median(ms[2:] if len(ms) > 3 else ms), others, statistics.median(load) if load else None, most), None
 
 
 def main():
@@ -110,11 +114,14 @@ def main():
                 continue
             # the plan assumes the experts' load balanced; planned again at the run's own (the routing's, which no plan
             # can know before the run): a row's error at that load besides
-            at_load = None
+            at_load = mem_at_load = None
             if m[3] is not None:
                 q = run([a.dtrain, "plan", "--data", a.data, "--json", "--expert-load", "%.4f" % max(1.0, m[3])] + flags)
                 at_load = json.loads(q.stdout)["step_ms"] if q.returncode == 0 else None
-            got[r].append((plan["total"], plan["step_ms"], m[0], m[1], plan["breakdown"], m[2], m[3], at_load))
+                # memory at the most any step routed (what the buffers grew to)
+                q = run([a.dtrain, "plan", "--data", a.data, "--json", "--expert-load", "%.4f" % max(1.0, m[4])] + flags)
+                mem_at_load = json.loads(q.stdout)["total"] if q.returncode == 0 else None
+            got[r].append((plan["total"], plan["step_ms"], m[0], m[1], plan["breakdown"], m[2], m[3], at_load, m[4], mem_at_load))
         print(f"# round {k + 1} of {a.rounds} done", file=sys.stderr, flush=True)
     out = []
     med = statistics.median
@@ -132,13 +139,16 @@ def main():
         spread = (max(x[3] for x in g) - min(x[3] for x in g)) / mt
         others = max(x[5] for x in g)  # the most any round's run shared the machine with
         loaded = [x for x in g if x[7] is not None]
-        load_col = (f"{med(x[7] for x in loaded):.1f} at {med(x[6] for x in loaded):.3f}: "
-                    f"{100*med((x[7] - x[3]) / x[3] for x in loaded):+.1f}%") if loaded else ""
+        load_col = (f"{med(x[7] for x in loaded):.1f} ms at {med(x[6] for x in loaded):.3f}: "
+                    f"{100*med((x[7] - x[3]) / x[3] for x in loaded):+.1f}%; {med(x[9] for x in loaded)/1e6:.1f} MB at the most, "
+                    f"{med(x[8] for x in loaded):.3f}: {100*med((x[9] - x[2]) / x[2] for x in loaded):+.1f}%") if loaded else ""
         out.append({"layout": r, "plan_bytes": pm, "peak_rss": mm, "plan_ms": pt, "ms": mt, "mem_err": em, "time_err": et,
                     "rounds": len(g), "ms_spread": spread, "per_round": [list(x[:4]) for x in g], "breakdown": g[-1][4], "others_cores": others,
                     "expert_rank_load": med(x[6] for x in loaded) if loaded else None,
                     "plan_ms_at_load": med(x[7] for x in loaded) if loaded else None,
-                    "time_err_at_load": med((x[7] - x[3]) / x[3] for x in loaded) if loaded else None})
+                    "time_err_at_load": med((x[7] - x[3]) / x[3] for x in loaded) if loaded else None,
+                    "expert_rank_load_most": med(x[8] for x in loaded) if loaded else None,
+                    "mem_err_at_load": med((x[9] - x[2]) / x[2] for x in loaded) if loaded else None})
         print(f"| {r} | {pm/1e6:.1f} | {mm/1e6:.1f} | {100*em:+.1f}% | {pt:.1f} | {mt:.1f} | {100*et:+.1f}% | {100*spread:.1f}% | {others:.2f}{' DISTURBED' if others > undisturbed.LIMIT else ''} | {load_col} |",
               flush=True)
     if out:
@@ -148,8 +158,10 @@ def main():
               f"step time: mean |error| {100*statistics.mean(te):.1f}%, max {100*max(te):.1f}% ({len(out)} rows)")
         tl = [abs(x["time_err_at_load"] if x["time_err_at_load"] is not None else x["time_err"]) for x in out]
         if any(x["time_err_at_load"] is not None for x in out):
-            print(f"step time with expert parallelism's rows planned at the run's expert load: mean |error| "
-                  f"{100*statistics.mean(tl):.1f}%, max {100*max(tl):.1f}%")
+            ml = [abs(x["mem_err_at_load"] if x["mem_err_at_load"] is not None else x["mem_err"]) for x in out]
+            print(f"with expert parallelism's rows planned at the run's expert load (time: its median, memory: its most): "
+                  f"step time mean |error| {100*statistics.mean(tl):.1f}%, max {100*max(tl):.1f}%; memory mean |error| "
+                  f"{100*statistics.mean(ml):.1f}%, max {100*max(ml):.1f}%")
         if a.rounds > 1:
             sp = [x["ms_spread"] for x in out]
             print(f"the measured step's spread over the rounds: mean {100*statistics.mean(sp):.1f}%, max {100*max(sp):.1f}%")

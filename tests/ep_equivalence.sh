@@ -144,6 +144,14 @@ verdict $ok "EP 2, top-2: the bytes its exchanges moved in every step's metrics 
 l=$(field expert_rank_load_max_mean "$dir/ep4.jsonl" | sort -u) m=$(field expert_rank_load_max_mean "$dir/ep2.jsonl" | sort -g | tail -1)
 [ "$l" = "1.0000" ] && awk -v m="$m" 'BEGIN{exit !(m >= 1 && m <= 2)}' && ok=1 || ok=0
 verdict $ok "the busiest rank's routed rows over its group's mean in every step's metrics: top-4 of 4 $l, top-2 at most $m"
+# one expert a rank: at each layer the busiest rank is the most chosen expert, so the load the group waits for (each
+# layer's busiest rank over the mean, averaged over the layers) is the layers' average expert load, step by step; a
+# load summed over the layers first (a rank busiest at one layer, idle at another, comes out even) is not
+run ep4k2 --batch 1 --nproc 4 --ep 4 --lr 1e-3 # (at 1e-2 the routing settles on one expert a layer by step 5: every load 2)
+d=$(paste <(field expert_rank_load_max_mean "$dir/ep4k2.jsonl") <(field expert_load_max_mean_avg "$dir/ep4k2.jsonl") | awk '$1 != $2 || $1 <= 1' | wc -l)
+n=$(field expert_rank_load_max_mean "$dir/ep4k2.jsonl" | wc -l)
+[ "$d" = 0 ] && [ "$n" = 20 ] && ok=1 || ok=0
+verdict $ok "EP 4, top-2 of 4: the ranks' load each step is the layers' average expert load ($n steps, $d differ; step 20: $(field expert_rank_load_max_mean "$dir/ep4k2.jsonl" | tail -1))"
 # a capacity: each source rank drops by its own micro-batch's choices, before any row moves, as DDP's ranks do. Under
 # SGD (lr 0.2, as above): AdamW's lr 1e-2 sent the choices to two of the four experts by step 9 (half of them dropped
 # at every step), so the lightest kept choice and the heaviest dropped one sat near a tie, and the last bit AdamW carries from EP's summation order flipped one

@@ -183,6 +183,9 @@ double dt_plan_units_params(const dt_plan_job *j, int a, int b);
 double dt_plan_units_expert_params(const dt_plan_job *j, int a, int b);
 double dt_plan_units_matmul_params(const dt_plan_job *j, int a, int b);
 int dt_plan_block_linears(const dt_plan_job *j, int l, int (*shape)[2], int max); /* (layer l's; -1: any layer's) */
+/* Under expert parallelism the busiest rank's routed rows over the mean (the job's expert_load; 1: balanced, or no EP):
+ * its experts' work, which its group waits for, and the buffers that grow to the rows routed there. */
+double dt_plan_ep_load(const dt_plan_job *j);
 /* Whether the model has GPT-2's block (LayerNorms with biases, learned positions): gpt2, or gpt2_moe's experts in its MLP. */
 bool dt_plan_gpt2_block(const dt_gpt2_config *c);
 /* A stage holding the n unit ranges [a[k], b[k]) on one TP rank: the activation bytes of one micro-batch in flight (batch

@@ -144,9 +144,8 @@ void dt_program_moe_load(dt_program *p, double *load);
 void dt_program_moe_drops(dt_program *p, double *dropped, double *pairs);
 /* With expert parallelism, since the last call (then zeroed): the bytes the exchanges sent to other ranks (per routed
  * row that crossed, C + 1 floats there and C back in forward (the row and its weight, its output), C there and C + 1
- * back in backward (its gradient, d(input) and d(weight)); a recomputed forward's twice), and the rows this rank's
- * experts ran in forward (from every rank of its group: its share of the group's load). */
-void dt_program_moe_ep_traffic(dt_program *p, double *bytes, double *rows);
+ * back in backward (its gradient, d(input) and d(weight)); a recomputed forward's twice). */
+void dt_program_moe_ep_traffic(dt_program *p, double *bytes);
 /* Held layer l's choices after the last forward [B*T][k] (an expert, or -1 where its capacity dropped it): how many
  * dropped (-1: l not held or no experts). */
 int dt_program_moe_choices(dt_program *p, int l, int32_t *idx);

@@ -232,7 +232,6 @@ struct dt_program {
                                          * made since last read (dt_program_moe_terms), and how many */
     struct moe_ep_work *ep_work; /* expert parallelism's exchange buffers, grown to the largest step (program_moe_ep.c) */
     double ep_bytes;           /* the rows' bytes this rank sent to other ranks of its expert-parallel group since last read */
-    double ep_rows;            /* and the rows its experts ran (forward), since last read */
     float z_coef;              /* the router z-loss's coefficient (dt_program_set_z_loss; 0: none) */
     float seq_coef;            /* the sequence-wise balancing loss's (dt_program_set_seq_aux_loss; 0: none) */
     float glob_coef;           /* the global-batch balancing loss's (dt_program_set_global_aux_loss; 0: none) */

@@ -319,9 +319,9 @@ void dt_program_moe_drops(dt_program *p, double *dropped, double *pairs) {
     p->moe_drops[0] = p->moe_drops[1] = 0;
 }
 
-void dt_program_moe_ep_traffic(dt_program *p, double *bytes, double *rows) {
-    *bytes = p->ep_bytes, *rows = p->ep_rows;
-    p->ep_bytes = p->ep_rows = 0;
+void dt_program_moe_ep_traffic(dt_program *p, double *bytes) {
+    *bytes = p->ep_bytes;
+    p->ep_bytes = 0;
 }
 
 void dt_program_moe_load(dt_program *p, double *load) {

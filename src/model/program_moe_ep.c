@@ -141,7 +141,6 @@ static dt_status learn_counts(dt_program *p, struct moe_ep_keep *k, const moe_ep
         k->cap = c;
     }
     k->n = *n;
-    if (!p->recomputing) p->ep_rows += *n;
     return reserve(p, (size_t)(b->rows > *n ? b->rows : *n), (size_t)*n, b->C, b->F);
 }
 

@@ -136,18 +136,23 @@ double dt_plan_rank_scratch(const dt_plan_job *j, int head, bool mixtures) {
         return j->recompute ? (double)j->batch * j->seq * fmax(dt_plan_paper_layer_bytes(j, 0, true), dt_plan_paper_layer_bytes(j, 0, false)) : 0;
     dt_gpt2_config r = dt_lm_config_resolve(&j->model);
     /* expert parallelism's exchange buffers (program_moe_ep.c): rows of C + 1 floats out and in, and the grouped rows'
-     * SwiGLU, outputs, their gradients and weights' (balanced: as many rows as this rank's tokens' choices) */
-    double ep = j->ep > 1 && mixtures ? 4.0 * j->batch * j->seq * r.experts_top_k * (2.0 * (r.channels + 1) + r.channels + 4.0 * r.ffn + 3) : 0;
+     * SwiGLU, outputs, their gradients and weights' (as many rows as this rank's tokens' choices times the load: the
+     * buffers grow to the most rows a layer routed here) */
+    double ep = j->ep > 1 && mixtures
+                  ? 4.0 * j->batch * j->seq * r.experts_top_k * dt_plan_ep_load(j) * (2.0 * (r.channels + 1) + r.channels + 4.0 * r.ffn + 3)
+                  : 0;
     return ep + (j->precision != DT_F32 ? (double)dt_gpt2_part_lp_work_bytes(&j->model, j->tp, head) : 0);
 }
 
 /* Expert parallelism's part of a slot: what the experts' rank keeps of the micro-batch's routed rows. */
 static double ep_slot_bytes(const dt_plan_job *j, int n, const int *a, const int *b, int batch, int seq) {
     dt_gpt2_config r = dt_lm_config_resolve(&j->model);
-    /* expert parallelism keeps, on the experts' rank, every layer's rows routed there (balanced: as many as its own tokens'
-     * choices), their weights and gate|up products, recomputing or not; the slot (counted without EP) keeps none of the
-     * pairs' gate|up (each layer's, or recomputing the one block's) and its room for them runs no SwiGLU (the experts'
-     * rank runs it in its own buffers: dt_plan_rank_scratch) */
+    /* expert parallelism keeps, on the experts' rank, every layer's rows routed there, their weights and gate|up products,
+     * recomputing or not: as many as its own tokens' choices, summed over its layers (the expert load is each layer's
+     * busiest rank, which moves from layer to layer: a rank's rows over several layers come out near the mean; a rank
+     * holding one mixture keeps that layer's, up to the load times these); the slot (counted without EP) keeps none of
+     * its own pairs' gate|up (each layer's, or recomputing the one block's) and its room for them runs no SwiGLU (the
+     * experts' rank runs it in its own buffers: dt_plan_rank_scratch) */
     double pairs = j->ep > 1 && r.experts ? (double)batch * seq * r.experts_top_k : 0;
     int held = 0; /* (the mixtures among the blocks held) */
     for (int k = 0; pairs > 0 && k < n; k++) held += units_moe_layers(&r, a[k], b[k]);
@@ -193,6 +198,8 @@ int dt_plan_block_linears(const dt_plan_job *j, int l, int (*shape)[2], int max)
     part.tp = part.tp_size > 1 ? &none : NULL;
     return dt_program_linear_shapes(&j->model, &part, l, shape, max);
 }
+
+double dt_plan_ep_load(const dt_plan_job *j) { return j->ep > 1 && j->expert_load > 1 ? j->expert_load : 1; }
 
 /* GPT-2's block (LayerNorms with biases, learned positions), its MLP dense or a mixture of GELU experts */
 bool dt_plan_gpt2_block(const dt_gpt2_config *c) {

@@ -98,7 +98,7 @@ static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double token
                                  * the router, a shared expert */
             double K = r.experts_top_k, E = r.experts, Fs = r.shared_ffn, xa = dt_family_moe_gated(r.family) ? 3 : 2;
             /* under EP the busiest rank runs expert_load times the mean rows, and its group waits for it */
-            double load = j->ep > 1 && j->expert_load > 1 ? j->expert_load : 1;
+            double load = dt_plan_ep_load(j);
             s.mm += n * 2 * tokens * (xa * K * F * C * lin * load / rmoe + (3 * Fs / tp * C * lin + E * C * passes) / rmm);
             /* in place of the dense MLP's activation (GPT-2's GELU, Llama's SwiGLU): the pairs' (and the shared expert's), the
              * pairs' inputs gathered and outputs combined, the router's softmax and choice */
