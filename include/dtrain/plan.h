@@ -43,7 +43,7 @@ typedef struct {
     int ep;                  /* of them, the ranks that split a mixture's experts (0, 1: none): a rank holds E/ep of them, whose
                               * states shard over the dp/ep ranks holding the same; each layer's tokens go to their experts' ranks
                               * and back (4 all-to-alls a layer and micro-batch, 6 recomputing) */
-    double expert_load;      /* with ep: the busiest rank's routed rows over the mean (0, 1: balanced), which its group waits for */
+    double expert_load;      /* with ep: each layer's busiest rank's routed rows over the mean, the layers' average (0, 1: balanced) */
     int tp, sp;              /* tensor-parallel ranks (0, 1: none), sequence parallelism */
     int pp;                  /* pipeline stages (0, 1: none): the costliest stage's rank counts (dt_gpt2_split_stages) */
     int micro, gpipe, zb;    /* with pp: micro-batches per step; GPipe keeps all of them in flight, 1F1B at most p - stage,

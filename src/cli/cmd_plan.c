@@ -30,8 +30,9 @@ static void usage(FILE *f) {
             "  --device cuda[:N]  one NVIDIA GPU's plan, from the GPU: the bytes the run's pre-flight counts, and the step\n"
             "                     timed there at the job's batch with the model's 1 and 2 layers (the step is linear\n"
             "                     in them); one process (docs/gpu.md)\n"
-            "  --expert-load X    with --ep: the busiest rank's routed rows over the mean (1, balanced, by default; a\n"
-            "                     run's metrics say it: expert_rank_load_max_mean), whose experts' work the step waits for\n");
+            "  --expert-load X    with --ep: each layer's busiest rank's routed rows over the mean, averaged over the\n"
+            "                     layers (1, balanced, by default; a run's metrics say it: expert_rank_load_max_mean),\n"
+            "                     whose experts' work the step waits for and the exchange's buffers grow to\n");
 }
 
 static const dt_cli_flag flags[] = {
