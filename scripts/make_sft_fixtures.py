@@ -180,7 +180,8 @@ def template_case(folder, out, name, chats, prompts, template=None, training=Non
     trains with its training form, or with training where TRL has none, after the script checks that it renders every
     chat as the template does): <name>_chat.jsonl, <name>_chat.safetensors ("ids.<k>", "labels.<k>"), and the template's
     generation prompts, <name>_prompts.json (the template, the tokenizer and the rows' length, seq, that the chats were
-    tokenized with; each case's messages, enable_thinking, date_string where it is given, and text)."""
+    tokenized with; each case's messages, enable_thinking, date_string where it is given, text and the ids
+    apply_chat_template tokenizes it to)."""
     import trl
     if template is None:
         template = open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", name + ".jinja")).read()
@@ -218,7 +219,8 @@ def template_case(folder, out, name, chats, prompts, template=None, training=Non
         for think in (True, False):
             for date in dates:
                 kw = {"date_string": date} if date else {}
-                cases.append(dict(messages=m, enable_thinking=think, **kw,
+                ids = tok.apply_chat_template(m, tokenize=True, return_dict=True, add_generation_prompt=True, enable_thinking=think, **kw)
+                cases.append(dict(messages=m, enable_thinking=think, **kw, ids=list(ids["input_ids"]),
                                   text=tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True, enable_thinking=think, **kw)))
     with open(os.path.join(out, name + "_prompts.json"), "w") as f:
         json.dump({"chat_template": template, "tokenizer": tokenizer, "seq": seq, "cases": cases}, f, indent=1)

@@ -291,6 +291,30 @@ static void refused(const char *dir, const char *what, const char *line, dt_chat
  * tokens and scored targets are TRL's (SFTTrainer with its training form: Qwen 3's every answer's think block scored,
  * and the newline after <|im_end|>; Qwen 2.5's the newline after the head too, and its system turn where a chat has
  * none); each generation prompt (thinking on and off) is the template's text to the byte. */
+/* A prompt case as the server takes it, a chat request (its messages and chat_template_kwargs): its prompt's tokens
+ * against the case's ids, apply_chat_template's (the template's own begin-of-text, not the tokenizer's in front too). */
+static bool request_ids_match(const cJSON *c, dt_bpe *tok, dt_chat_kind chat) {
+    cJSON *req = cJSON_CreateObject(), *kw = cJSON_CreateObject();
+    const cJSON *date = cJSON_GetObjectItemCaseSensitive(c, "date_string"), *ids = cJSON_GetObjectItemCaseSensitive(c, "ids");
+    cJSON_AddItemToObject(req, "messages", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(c, "messages"), 1));
+    cJSON_AddBoolToObject(kw, "enable_thinking", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "enable_thinking")));
+    if (cJSON_IsString(date)) cJSON_AddStringToObject(kw, "date_string", date->valuestring);
+    cJSON_AddItemToObject(req, "chat_template_kwargs", kw);
+    cJSON_AddNumberToObject(req, "max_tokens", 1);
+    char *body = cJSON_PrintUnformatted(req);
+    serve_vocab v = { .bpe = tok, .vocab = dt_bpe_vocab_size(tok), .eot = -1, .chat = chat };
+    serve_params p = { 0 };
+    const char *param = NULL;
+    bool ok = body && !serve_params_parse(body, strlen(body), &v, 4096, true, &p, &param) && p.nprompt == cJSON_GetArraySize(ids);
+    for (int i = 0; ok && i < p.nprompt; i++) ok = p.prompt[i] == cJSON_GetArrayItem(ids, i)->valueint;
+    if (!ok) printf("   request %s: %d tokens (the first %d), apply_chat_template's %d (the first %d)\n", body ? body : "?", p.nprompt,
+                    p.nprompt ? p.prompt[0] : -1, cJSON_GetArraySize(ids), cJSON_GetArraySize(ids) ? cJSON_GetArrayItem(ids, 0)->valueint : -1);
+    serve_params_free(&p);
+    free(body);
+    cJSON_Delete(req);
+    return ok;
+}
+
 /* A template's fixtures (<name>_*): the kind its markers name; its chats' rows (by the fixture's tokenizer and rows'
  * length) TRL's; the server's generation prompts (thinking on and off, a date given or not) the template's. */
 static void check_template(const char *dir, const char *name, dt_chat_kind want, size_t nchats, int nprompts) {
@@ -323,7 +347,7 @@ static void check_template(const char *dir, const char *name, dt_chat_kind want,
     if (!st) st = dt_safetensors_open(path, &f);
     snprintf(what, sizeof what, "%s: %zu chats' tokens and scored targets are TRL's (its training form of the template)", name, nchats);
     if (!st) check(what, rows_match(d, f, nchats, seq), NULL);
-    int k = 0, good = 0;
+    int k = 0, good = 0, ided = 0, same_ids = 0;
     cJSON_ArrayForEach(c, cases) {
         const cJSON *want_text = cJSON_GetObjectItemCaseSensitive(c, "text"), *date = cJSON_GetObjectItemCaseSensitive(c, "date_string");
         serve_chat_kwargs kw = { cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "enable_thinking")), cJSON_IsString(date) ? date->valuestring : NULL };
@@ -334,10 +358,13 @@ static void check_template(const char *dir, const char *name, dt_chat_kind want,
         if (!st && strcmp(got, want_text->valuestring)) printf("   case %d: %s\n   the template's: %s\n", k, got, want_text->valuestring);
         good += !st && !strcmp(got, want_text->valuestring);
         free(got);
+        if (!st && cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(c, "ids"))) ided++, same_ids += request_ids_match(c, tok, chat);
         k++;
     }
     snprintf(what, sizeof what, "%s: %d of %d generation prompts (thinking on and off, dates) are the template's", name, good, k);
     if (!st) check(what, k == nprompts && good == k, NULL);
+    snprintf(what, sizeof what, "%s: %d of %d chat requests' prompt tokens are apply_chat_template's", name, same_ids, ided);
+    if (!st && ided) check(what, same_ids == ided, NULL);
     if (st) {
         printf("FAIL %s: %s\n", name, dt_last_error());
         failed++;

@@ -157,7 +157,7 @@ int main(int argc, char **argv) {
         const cJSON *bos = cJSON_GetObjectItem(want, "bos");
         int32_t *p = NULL;
         int np = 0;
-        st = dt_bpe_prompt(b, "x", 1, &p, &np);
+        st = dt_bpe_prompt(b, "x", 1, true, &p, &np);
         check(!st && (cJSON_IsNumber(bos) ? np >= 1 && p[0] == bos->valueint && dt_bpe_bos(b) == bos->valueint : dt_bpe_bos(b) < 0),
               "a prompt starts with the template's begin-of-text token where it has one", names[i]);
         free(p);

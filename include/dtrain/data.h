@@ -60,9 +60,10 @@ const char *dt_bpe_token_bytes(const dt_bpe *b, uint32_t id, size_t *len);
 /* The other way: token id's text as the model's vocabulary gives it (b's bytes, or a byte-level model's byte: b
  * NULL), "<id>" for an id it has none for (in scratch); *len its bytes. */
 const char *dt_token_text(const dt_bpe *b, int32_t id, char scratch[16], size_t *len);
-/* A prompt's tokens as a model reads them: text's bytes (b NULL: a byte-level
- * model's), or b's ids (after its begin-of-text token, where it has one); *ids (freed by the caller) holds *n of them. */
-dt_status dt_bpe_prompt(dt_bpe *b, const char *text, size_t len, int32_t **ids, int *n);
+/* A prompt's tokens as a model reads them: text's bytes (b NULL: a byte-level model's), or b's ids, with bos after its
+ * begin-of-text token where it has one (a text as it is, as HF's tokenizer adds its special tokens; without: a chat
+ * template's text, which writes its own, as apply_chat_template tokenizes it); *ids (freed by the caller) holds *n. */
+dt_status dt_bpe_prompt(dt_bpe *b, const char *text, size_t len, bool bos, int32_t **ids, int *n);
 /* The text <-> tokens of a model of vocab tokens (who: "generate", "serve", for the messages): with encoder_json,
  * GPT-2's BPE pair (with vocab_bpe) or a tokenizer.json (vocab_bpe NULL), refused if it has more tokens than the
  * model; without it, model's own tokenizer.json where model is a folder that has one, else bytes (*out NULL),

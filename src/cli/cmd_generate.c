@@ -156,7 +156,7 @@ static dt_status gen_run(const gen_cli *x, dt_comm *w, bool tp, bool printer) {
     if (x->ids && x->enc) st = dt_error(DT_ERR_ARG, "generate: --ids and --bpe both given (the prompt is one or the other)");
     else if (x->ids) st = parse_ids(x->prompt, V, &p, &n);
     else st = dt_bpe_for_model(x->enc, x->merges, V, x->model, "generate", printer, &b);
-    if (!st && !x->ids) st = dt_bpe_prompt(b, x->prompt, strlen(x->prompt), &p, &n);
+    if (!st && !x->ids) st = dt_bpe_prompt(b, x->prompt, strlen(x->prompt), true, &p, &n);
     if (!st && x->cuda) st = dt_gpu_api_probe(x->cuda - 1); /* before the prompt is printed */
     if (!st) {
         if (printer) printf("%s", x->prompt);

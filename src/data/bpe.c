@@ -374,13 +374,13 @@ dt_status dt_bpe_encode(dt_bpe *b, const char *text, size_t len, uint32_t **ids,
     return st;
 }
 
-dt_status dt_bpe_prompt(dt_bpe *b, const char *text, size_t len, int32_t **ids, int *n) {
+dt_status dt_bpe_prompt(dt_bpe *b, const char *text, size_t len, bool bos, int32_t **ids, int *n) {
     *ids = NULL;
     *n = 0;
     uint32_t *u = NULL;
     size_t nu = 0, cap = 0;
     dt_status st = DT_OK;
-    if (b && b->bos >= 0) { /* the tokenizer's template puts its begin-of-text token first */
+    if (bos && b && b->bos >= 0) { /* the tokenizer's template puts its begin-of-text token first */
         if (!(u = malloc(sizeof *u * 16))) return dt_error(DT_ERR_NOMEM, "out of memory for a prompt");
         u[nu++] = (uint32_t)b->bos;
         cap = 16;

@@ -42,7 +42,7 @@ static dt_status read_prompt(const cJSON *o, const serve_vocab *v, serve_params 
     if (!f) return bad(param, "prompt", "'%s' is required%s", "");
     if (cJSON_IsArray(f) && cJSON_GetArraySize(f) == 1 && !cJSON_IsNumber(cJSON_GetArrayItem(f, 0)))
         f = cJSON_GetArrayItem(f, 0); /* ["text"] or [[ids]]: one prompt */
-    if (cJSON_IsString(f)) return dt_bpe_prompt(v->bpe, f->valuestring, strlen(f->valuestring), &p->prompt, &p->nprompt);
+    if (cJSON_IsString(f)) return dt_bpe_prompt(v->bpe, f->valuestring, strlen(f->valuestring), true, &p->prompt, &p->nprompt);
     if (!cJSON_IsArray(f))
         return bad(param, "prompt", "'%s' must be a string or an array of token ids (one prompt a request)%s", "");
     int n = cJSON_GetArraySize(f);
@@ -132,10 +132,12 @@ static dt_status read_messages(const cJSON *o, const serve_vocab *v, serve_param
     *param = "messages";
     st = serve_chat_prompt(cJSON_GetObjectItemCaseSensitive(o, "messages"), v->chat, &kw, &text, &n);
     if (st) return st;
-    st = dt_bpe_prompt(v->bpe, text, n, &p->prompt, &p->nprompt);
+    /* a model's own template writes its begin-of-text (Llama 3's): tokenized as apply_chat_template does, without the
+     * tokenizer's own in front (which would make it two); dtrain's plain one is a text as any prompt */
+    const dt_chat_template *t = dt_chat_template_of(v->chat);
+    st = dt_bpe_prompt(v->bpe, text, n, !t, &p->prompt, &p->nprompt);
     free(text);
     /* the answer ends at the template's end of turn, or where the plain template's next turn begins */
-    const dt_chat_template *t = dt_chat_template_of(v->chat);
     if (!st && p->nstop < SERVE_MAX_STOP && !(p->stop[p->nstop++] = strdup(t ? t->end : SERVE_CHAT_STOP))) st = dt_error(DT_ERR_NOMEM, "out of memory");
     if (!st) *param = NULL;
     return st;

@@ -22,7 +22,7 @@ static dt_status add_prompt(dt_grpo_prompts *gp, const char *text, const char *w
     if (!(gp->text[k] = strdup(text))) return dt_error(DT_ERR_NOMEM, "%s: out of memory", where);
     gp->toks[k] = NULL;
     gp->n++;
-    dt_status st = dt_bpe_prompt(tok, text, strlen(text), &gp->toks[k], &gp->len[k]);
+    dt_status st = dt_bpe_prompt(tok, text, strlen(text), true, &gp->toks[k], &gp->len[k]);
     if (st) return dt_error(st, "%s: %s", where, dt_last_error());
     if (gp->len[k] >= T)
         return dt_error(DT_ERR_ARG, "%s: the prompt is %d tokens; a row of --seq %d holds it and at least one completion token only "
