@@ -9,6 +9,7 @@
 #include "dtrain/program.h"
 #include "fixture_checks.h"
 #include "serve/serve_internal.h" /* (the server's chat prompt, against Qwen 3's template) */
+#include "train/grpo_prompts.h"       /* (GRPO's conversational prompts, against apply_chat_template) */
 
 #include <cjson/cJSON.h>
 
@@ -315,6 +316,40 @@ static bool request_ids_match(const cJSON *c, dt_bpe *tok, dt_chat_kind chat) {
     return ok;
 }
 
+/* GRPO's conversational prompts ({"prompt": [messages]}, TRL's form) through dt_grpo_prompts_read: each case's tokens
+ * against its ids (apply_chat_template's) where the case is what training renders (thinking on, the template's own
+ * date); *n: how many. */
+static bool grpo_prompts_match(const cJSON *cases, dt_bpe *tok, dt_chat_kind chat, int *n) {
+    char path[] = "/tmp/dtrain_grpo_chat_XXXXXX.jsonl";
+    int fd = mkstemps(path, 6);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    const cJSON *c, *want[64];
+    *n = 0;
+    cJSON_ArrayForEach(c, cases) {
+        const cJSON *date = cJSON_GetObjectItemCaseSensitive(c, "date_string");
+        if (!f || *n == 64 || !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "enable_thinking")) ||
+            (cJSON_IsString(date) && strcmp(date->valuestring, "26 Jul 2024")))
+            continue;
+        char *line = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(c, "messages"));
+        fprintf(f, "{\"prompt\": %s}\n", line ? line : "null");
+        free(line);
+        want[(*n)++] = cJSON_GetObjectItemCaseSensitive(c, "ids");
+    }
+    if (f) fclose(f);
+    dt_grpo_prompts gp = { 0 };
+    bool ok = f && *n > 0 && !dt_grpo_prompts_read(&gp, path, tok, chat, 512) && gp.n == *n;
+    for (int i = 0; ok && i < gp.n; i++) {
+        ok = gp.len[i] == cJSON_GetArraySize(want[i]);
+        for (int k = 0; ok && k < gp.len[i]; k++) ok = gp.toks[i][k] == cJSON_GetArrayItem(want[i], k)->valueint;
+        if (!ok) printf("   GRPO prompt %d: %d tokens (the first %d), apply_chat_template's %d\n", i, gp.len[i], gp.len[i] ? gp.toks[i][0] : -1,
+                        cJSON_GetArraySize(want[i]));
+    }
+    if (!ok && gp.n != *n) printf("   GRPO prompts: %d read of %d (%s)\n", gp.n, *n, dt_last_error());
+    dt_grpo_prompts_free(&gp);
+    unlink(path);
+    return ok;
+}
+
 /* A template's fixtures (<name>_*): the kind its markers name; its chats' rows (by the fixture's tokenizer and rows'
  * length) TRL's; the server's generation prompts (thinking on and off, a date given or not) the template's. */
 static void check_template(const char *dir, const char *name, dt_chat_kind want, size_t nchats, int nprompts) {
@@ -350,7 +385,7 @@ static void check_template(const char *dir, const char *name, dt_chat_kind want,
     int k = 0, good = 0, ided = 0, same_ids = 0;
     cJSON_ArrayForEach(c, cases) {
         const cJSON *want_text = cJSON_GetObjectItemCaseSensitive(c, "text"), *date = cJSON_GetObjectItemCaseSensitive(c, "date_string");
-        serve_chat_kwargs kw = { cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "enable_thinking")), cJSON_IsString(date) ? date->valuestring : NULL };
+        dt_chat_kwargs kw = { cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "enable_thinking")), cJSON_IsString(date) ? date->valuestring : NULL };
         char *got = NULL;
         size_t n = 0;
         if (st || !cJSON_IsString(want_text)) break;
@@ -365,6 +400,10 @@ static void check_template(const char *dir, const char *name, dt_chat_kind want,
     if (!st) check(what, k == nprompts && good == k, NULL);
     snprintf(what, sizeof what, "%s: %d of %d chat requests' prompt tokens are apply_chat_template's", name, same_ids, ided);
     if (!st && ided) check(what, same_ids == ided, NULL);
+    int ngrpo = 0;
+    bool grpo = !st && ided && grpo_prompts_match(cases, tok, chat, &ngrpo);
+    snprintf(what, sizeof what, "%s: %d GRPO conversational prompts' tokens are apply_chat_template's", name, ngrpo);
+    if (!st && ided) check(what, grpo, NULL);
     if (st) {
         printf("FAIL %s: %s\n", name, dt_last_error());
         failed++;
@@ -380,7 +419,7 @@ static void check_template(const char *dir, const char *name, dt_chat_kind want,
  * local time): the date asked just before the prompt or just after (a prompt made across midnight names either). */
 static void check_today(void) {
     cJSON *m = cJSON_Parse("[{\"role\": \"user\", \"content\": \"Hi\"}]");
-    serve_chat_kwargs kw = { true, NULL };
+    dt_chat_kwargs kw = { true, NULL };
     char *got = NULL, before[32], after[32], want[2][64];
     size_t n;
     dt_chat_today(before);
@@ -455,6 +494,22 @@ int main(int argc, char **argv) {
     check_template(dir, "llama3_1", DT_CHAT_LLAMA31, 3, 12);
     check_template(dir, "llama3_2", DT_CHAT_LLAMA32, 3, 12);
     check_today();
+    {
+        char path[] = "/tmp/dtrain_grpo_plain_XXXXXX.jsonl";
+        int fd = mkstemps(path, 6);
+        FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+        if (f) fputs("{\"prompt\": \"a text\"}\n{\"prompt\": [{\"role\": \"user\", \"content\": \"Hi\"}]}\n", f), fclose(f);
+        dt_grpo_prompts gp = { 0 };
+        dt_bpe *tok = NULL;
+        dt_chat_kind ignored;
+        int eos;
+        bool refused = f && !load_tokenizer(dir, &tok, &ignored, &eos) && dt_grpo_prompts_read(&gp, path, tok, DT_CHAT_NONE, 64) &&
+                       strstr(dt_last_error(), ":2: a conversational prompt needs a tokenizer and a chat template");
+        check("refused: a GRPO conversational prompt without a chat template (its line named)", refused, dt_last_error());
+        dt_grpo_prompts_free(&gp);
+        dt_bpe_destroy(tok);
+        unlink(path);
+    }
     check_reasoning_split();
     refused(dir, "refused: a line that is not JSON", "{\"messages\": [", DT_CHAT_CHATML, "not JSON");
     refused(dir, "refused: a line without messages or prompt and completion", "{\"text\": \"hi\"}", DT_CHAT_CHATML, "neither");

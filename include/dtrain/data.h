@@ -118,6 +118,22 @@ dt_status dt_chat_system_turn(const dt_chat_template *t, const char *system, con
 /* Today's date as Llama 3.2's template writes it (strftime's "%d %b %Y", local time) into buf. */
 void dt_chat_today(char buf[32]);
 struct cJSON;
+/* What a generation prompt may be asked (chat_template_kwargs, as vLLM's server and TRL take them): whether a thinking
+ * model thinks (Qwen 3's enable_thinking, true unless said) and the date a dated system turn names (Llama 3.1's
+ * date_string; NULL: the template's own, which training writes; the server gives Llama 3.2's today's). */
+typedef struct {
+    bool thinking;
+    const char *date;
+} dt_chat_kwargs;
+/* A chat's messages ({"role": system, developer, user or assistant, "content": a text or text parts}; an assistant's
+ * reasoning_content) as the prompt a model answers, by template t (data/chat_prompt.c): its beginning, its own system
+ * turn, each message, the assistant's head last; into *out (the caller frees), *len its bytes. Bad messages are refused
+ * naming the message. */
+dt_status dt_chat_prompt(const dt_chat_template *t, const struct cJSON *messages, const dt_chat_kwargs *kw, char **out, size_t *len);
+/* A message's content as one text (a string, or {"type": "text", "text"} parts joined; message i, for the error)
+ * appended to a growing text (*buf of *len bytes, room for *cap, NUL-terminated), and any bytes so. */
+dt_status dt_chat_message_text(const struct cJSON *content, int i, char **buf, size_t *len, size_t *cap);
+dt_status dt_chat_append(char **buf, size_t *len, size_t *cap, const char *a, size_t n);
 /* The index of messages' last user query (a user message whose text is not a <tool_response>), or the last index. */
 int dt_chat_last_query(const struct cJSON *messages);
 /* tokenizer_config.json beside tokenizer_json (none: nothing changes): its chat_template's kind into *chat where that

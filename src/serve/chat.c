@@ -19,98 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static dt_status grow(char **buf, size_t *len, size_t *cap, const char *a, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t c = (*len + n + 1) * 2;
-        char *b = realloc(*buf, c);
-        if (!b) return dt_error(DT_ERR_NOMEM, "out of memory for the chat prompt");
-        *buf = b;
-        *cap = c;
-    }
-    memcpy(*buf + *len, a, n);
-    *len += n;
-    (*buf)[*len] = 0;
-    return DT_OK;
-}
-
-/* A message's text: a string, or an array of {"type": "text", "text": ...} parts joined. */
-static dt_status content_text(const cJSON *c, int i, char **buf, size_t *len, size_t *cap) {
-    if (cJSON_IsString(c)) return grow(buf, len, cap, c->valuestring, strlen(c->valuestring));
-    const cJSON *part;
-    if (!cJSON_IsArray(c))
-        return dt_error(DT_ERR_ARG, "'messages' [%d]: 'content' must be a string or an array of text parts", i);
-    cJSON_ArrayForEach(part, c) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "type"), *x = cJSON_GetObjectItemCaseSensitive(part, "text");
-        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") || !cJSON_IsString(x))
-            return dt_error(DT_ERR_ARG, "'messages' [%d]: a content part of type '%s': this server reads text parts only", i,
-                            cJSON_IsString(t) ? t->valuestring : "?");
-        dt_status st = grow(buf, len, cap, x->valuestring, strlen(x->valuestring));
-        if (st) return st;
-    }
-    return DT_OK;
-}
-
-/* The template's own system turn (Qwen 2.5's where the chat has none, Llama 3.1's always: its date the request's, else
- * Llama 3.2's today's, else the template's own); *skip: the chat's first message is written in it. */
-static dt_status system_turn(const dt_chat_template *t, const cJSON *messages, const serve_chat_kwargs *kw, char **buf, size_t *len,
-                             size_t *cap, bool *skip) {
-    const cJSON *m0 = cJSON_GetArrayItem(messages, 0), *r0 = cJSON_GetObjectItemCaseSensitive(m0, "role");
-    bool system0 = cJSON_IsString(r0) && (!strcmp(r0->valuestring, "system") || !strcmp(r0->valuestring, "developer"));
-    char *sys0 = NULL, *sys = NULL, today[32];
-    size_t n0 = 0, c0 = 0;
-    dt_status st = system0 ? content_text(cJSON_GetObjectItemCaseSensitive(m0, "content"), 0, &sys0, &n0, &c0) : DT_OK;
-    if (!kw->date && t->today) dt_chat_today(today);
-    if (!st) st = dt_chat_system_turn(t, system0 ? (sys0 ? sys0 : "") : NULL, kw->date ? kw->date : t->today ? today : NULL, &sys);
-    if (!st && sys) st = grow(buf, len, cap, sys, strlen(sys));
-    *skip = sys && system0 && t->preamble;
-    free(sys0), free(sys);
-    return st;
-}
-
-/* By the template t: its beginning, its own system turn, each message's head, content, end and what follows, the
- * assistant's head last (Qwen 3's: an answer's think block only after the last user query, and with thinking off an
- * empty one to start). */
-static dt_status render_template(const dt_chat_template *t, const cJSON *messages, const serve_chat_kwargs *kw, char **buf, size_t *len,
-                                 size_t *cap) {
-    dt_status st = grow(buf, len, cap, t->begin, strlen(t->begin));
-    int i = 0, n = cJSON_GetArraySize(messages), last_query = dt_chat_last_query(messages);
-    const cJSON *m;
-    char head[96];
-    bool skip = false;
-    if (!st) st = system_turn(t, messages, kw, buf, len, cap, &skip);
-    cJSON_ArrayForEach(m, messages) {
-        const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "role"), *c = cJSON_GetObjectItemCaseSensitive(m, "content");
-        const char *role = cJSON_IsString(r) ? r->valuestring : "";
-        if (!strcmp(role, "developer")) role = "system"; /* OpenAI's newer name */
-        if (skip && !i++) continue;
-        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))
-            return dt_error(DT_ERR_ARG, "'messages' [%d]: role '%s': this server takes system, developer, user and assistant", i, role);
-        char *text = NULL, *answer = NULL;
-        size_t tl = 0, tc = 0;
-        const char *a;
-        size_t an;
-        const cJSON *reasoning = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
-        snprintf(head, sizeof head, t->head, role);
-        if (!st) st = content_text(c, i, &text, &tl, &tc);
-        if (!st && !strcmp(role, "assistant"))
-            st = dt_chat_answer(t, text ? text : "", cJSON_IsString(reasoning) ? reasoning->valuestring : NULL,
-                                dt_chat_prompt_block(i, n, last_query), &answer);
-        if (!st && answer) a = answer, an = strlen(answer);
-        else if (!st) dt_chat_content(t, text ? text : "", &a, &an);
-        if (!st) st = grow(buf, len, cap, head, strlen(head));
-        if (!st) st = grow(buf, len, cap, a, an);
-        if (!st) st = grow(buf, len, cap, t->end, strlen(t->end));
-        if (!st) st = grow(buf, len, cap, t->after, strlen(t->after));
-        free(text), free(answer);
-        if (st) return st;
-        i++;
-    }
-    snprintf(head, sizeof head, t->head, "assistant");
-    if (!(st = grow(buf, len, cap, head, strlen(head))) && t->no_think && !kw->thinking) st = grow(buf, len, cap, t->no_think, strlen(t->no_think));
-    return st;
-}
-
-dt_status serve_chat_prompt(const cJSON *messages, dt_chat_kind chat, const serve_chat_kwargs *kw, char **out, size_t *out_len) {
+dt_status serve_chat_prompt(const cJSON *messages, dt_chat_kind chat, const dt_chat_kwargs *kw, char **out, size_t *out_len) {
+    const dt_chat_template *t = dt_chat_template_of(chat);
+    dt_chat_kwargs k = *kw;
+    char today[32];
+    if (t && !k.date && t->today) dt_chat_today(today), k.date = today; /* (Llama 3.2's: its template's strftime_now) */
+    if (t) return dt_chat_prompt(t, messages, &k, out, out_len);
     *out = NULL;
     *out_len = 0;
     if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0)
@@ -118,12 +32,6 @@ dt_status serve_chat_prompt(const cJSON *messages, dt_chat_kind chat, const serv
     char *buf = NULL;
     size_t len = 0, cap = 0;
     dt_status st = DT_OK;
-    const dt_chat_template *t = dt_chat_template_of(chat);
-    if (t) {
-        if ((st = render_template(t, messages, kw, &buf, &len, &cap))) free(buf);
-        else *out = buf, *out_len = len;
-        return st;
-    }
     int i = 0;
     const cJSON *m;
     cJSON_ArrayForEach(m, messages) {
@@ -135,11 +43,11 @@ dt_status serve_chat_prompt(const cJSON *messages, dt_chat_kind chat, const serv
             st = dt_error(DT_ERR_ARG, "'messages' [%d]: role '%s': this server takes system, developer, user and assistant", i, role);
             break;
         }
-        if ((st = grow(&buf, &len, &cap, head, strlen(head))) || (st = content_text(c, i, &buf, &len, &cap))) break;
-        if ((st = grow(&buf, &len, &cap, system ? "\n\n" : "\n", system ? 2 : 1))) break;
+        if ((st = dt_chat_append(&buf, &len, &cap, head, strlen(head))) || (st = dt_chat_message_text(c, i, &buf, &len, &cap))) break;
+        if ((st = dt_chat_append(&buf, &len, &cap, system ? "\n\n" : "\n", system ? 2 : 1))) break;
         i++;
     }
-    if (!st) st = grow(&buf, &len, &cap, "Assistant:", 10);
+    if (!st) st = dt_chat_append(&buf, &len, &cap, "Assistant:", 10);
     if (st) {
         free(buf);
         return st;

@@ -107,9 +107,9 @@ static dt_status refuse_unsupported(const cJSON *o, const char **param) {
 
 /* chat_template_kwargs (vLLM's and SGLang's field): enable_thinking, whether Qwen 3 thinks (true unless said), and
  * date_string, the date Llama 3.1's and 3.2's system turn names. */
-static dt_status read_template_kwargs(const cJSON *o, serve_chat_kwargs *kw, const char **param) {
+static dt_status read_template_kwargs(const cJSON *o, dt_chat_kwargs *kw, const char **param) {
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "chat_template_kwargs");
-    *kw = (serve_chat_kwargs){ .thinking = true };
+    *kw = (dt_chat_kwargs){ .thinking = true };
     if (!f || cJSON_IsNull(f)) return DT_OK;
     if (!cJSON_IsObject(f)) return bad(param, "chat_template_kwargs", "'%s' must be an object%s", "");
     for (f = f->child; f; f = f->next) {
@@ -126,7 +126,7 @@ static dt_status read_template_kwargs(const cJSON *o, serve_chat_kwargs *kw, con
 static dt_status read_messages(const cJSON *o, const serve_vocab *v, serve_params *p, const char **param) {
     char *text;
     size_t n;
-    serve_chat_kwargs kw;
+    dt_chat_kwargs kw;
     dt_status st = read_template_kwargs(o, &kw, param);
     if (st) return st;
     *param = "messages";

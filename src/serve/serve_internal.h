@@ -42,17 +42,10 @@ void serve_params_free(serve_params *p);
  * vocabulary; on a bad request returns DT_ERR_ARG with the message and sets *param to the field at fault (or NULL). */
 dt_status serve_params_parse(const char *body, size_t len, const serve_vocab *v, int context, bool chat, serve_params *p,
                              const char **param);
-/* What a request's chat_template_kwargs (vLLM's and SGLang's field) may set: whether a thinking model thinks (Qwen 3's
- * enable_thinking, true unless said) and the date a dated system turn names (Llama 3.1's date_string; NULL: the
- * template's own, Llama 3.2's today's). */
-typedef struct {
-    bool thinking;
-    const char *date;
-} serve_chat_kwargs;
 /* Chat messages as one prompt by the model's template (chat, DT_CHAT_NONE: dtrain's plain one; chat.c; caller frees
  * *out). */
 struct cJSON;
-dt_status serve_chat_prompt(const struct cJSON *messages, dt_chat_kind chat, const serve_chat_kwargs *kw, char **out, size_t *len);
+dt_status serve_chat_prompt(const struct cJSON *messages, dt_chat_kind chat, const dt_chat_kwargs *kw, char **out, size_t *len);
 /* A thinking model's answer split (reasoning.c): its reasoning [r0, r1) (thinks: it opened with <think>) and its
  * content from c0; the first settled bytes are known (final: the answer is whole; before that a stream holds back what
  * could still be a marker). */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static dt_status add_prompt(dt_grpo_prompts *gp, const char *text, const char *where, dt_bpe *tok, int T) {
+static dt_status add_prompt(dt_grpo_prompts *gp, const char *text, const char *where, dt_bpe *tok, bool bos, int T) {
     if (!*text) return dt_error(DT_ERR_IO, "%s: an empty prompt", where);
     char **t = realloc(gp->text, sizeof *t * (size_t)(gp->n + 1));
     if (t) gp->text = t;
@@ -22,7 +22,7 @@ static dt_status add_prompt(dt_grpo_prompts *gp, const char *text, const char *w
     if (!(gp->text[k] = strdup(text))) return dt_error(DT_ERR_NOMEM, "%s: out of memory", where);
     gp->toks[k] = NULL;
     gp->n++;
-    dt_status st = dt_bpe_prompt(tok, text, strlen(text), true, &gp->toks[k], &gp->len[k]);
+    dt_status st = dt_bpe_prompt(tok, text, strlen(text), bos, &gp->toks[k], &gp->len[k]);
     if (st) return dt_error(st, "%s: %s", where, dt_last_error());
     if (gp->len[k] >= T)
         return dt_error(DT_ERR_ARG, "%s: the prompt is %d tokens; a row of --seq %d holds it and at least one completion token only "
@@ -30,7 +30,23 @@ static dt_status add_prompt(dt_grpo_prompts *gp, const char *text, const char *w
     return DT_OK;
 }
 
-dt_status dt_grpo_prompts_read(dt_grpo_prompts *gp, const char *path, dt_bpe *tok, int T) {
+/* A conversational prompt: its messages by the template, tokenized as they are (the template writes its own
+ * begin-of-text). */
+static dt_status add_messages(dt_grpo_prompts *gp, const cJSON *msgs, const char *where, dt_bpe *tok, dt_chat_kind chat, int T) {
+    const dt_chat_template *t = dt_chat_template_of(chat);
+    if (!t || !tok)
+        return dt_error(DT_ERR_ARG, "%s: a conversational prompt needs a tokenizer and a chat template (its tokenizer_config.json's, "
+                        "one this build renders, or --chat-template KIND)", where);
+    char *text = NULL;
+    size_t n = 0;
+    dt_status st = dt_chat_prompt(t, msgs, &(dt_chat_kwargs){ .thinking = true }, &text, &n);
+    if (st) return dt_error(st, "%s: %s", where, dt_last_error());
+    st = add_prompt(gp, text, where, tok, false, T);
+    free(text);
+    return st;
+}
+
+dt_status dt_grpo_prompts_read(dt_grpo_prompts *gp, const char *path, dt_bpe *tok, dt_chat_kind chat, int T) {
     char *text = NULL, where[4200];
     size_t len = 0;
     dt_status st = dt_file_read_lines(path, (size_t)1 << 30, &text, &len);
@@ -45,14 +61,13 @@ dt_status dt_grpo_prompts_read(dt_grpo_prompts *gp, const char *path, dt_bpe *to
         snprintf(where, sizeof where, "%s:%zu", path, lineno);
         if (eol > s && eol[-1] == '\r') eol[-1] = 0;
         if (!*s) continue;
-        if (!jsonl) { st = add_prompt(gp, s, where, tok, T); continue; }
+        if (!jsonl) { st = add_prompt(gp, s, where, tok, true, T); continue; }
         cJSON *j = NULL;
         if ((st = dt_json_parse_line(s, where, &j))) break;
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
-        st = cJSON_IsArray(p) ? dt_error(DT_ERR_UNSUPPORTED, "%s: conversational prompts (a list of messages) are not read yet: give the "
-                                         "prompt's text", where)
-           : !cJSON_IsString(p) ? dt_error(DT_ERR_IO, "%s: no \"prompt\" text", where)
-                                : add_prompt(gp, p->valuestring, where, tok, T);
+        st = cJSON_IsArray(p) ? add_messages(gp, p, where, tok, chat, T)
+           : !cJSON_IsString(p) ? dt_error(DT_ERR_IO, "%s: no \"prompt\" text or messages", where)
+                                : add_prompt(gp, p->valuestring, where, tok, true, T);
         cJSON_Delete(j);
     }
     free(text);

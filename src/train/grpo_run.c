@@ -30,6 +30,7 @@ struct dt_grpo_run {
     dt_reward *reward;
     dt_gpt2 *ref;           /* the reference (beta > 0): the starting model */
     dt_bpe *tok;            /* NULL: bytes */
+    dt_chat_kind chat;      /* conversational prompts' template (--chat-template, or the tokenizer_config.json's) */
     int eos;                /* the end-of-text id that ends a completion (-1: none) */
     dt_grpo_prompts prompts;
     int rows, per_rank, T;  /* this rank's rows a step, prompts a step, positions a row */
@@ -82,13 +83,16 @@ static dt_status make_reference(run *r, dt_grpo_run *gr) {
 
 static dt_status open_tokenizer(run *r, dt_grpo_run *gr) {
     const dt_train_config *c = &r->c;
-    gr->eos = -1;
-    dt_status st = dt_bpe_for_model(c->tokenizer, NULL, dt_gpt2_get_config(r->m)->vocab_size, c->model, "--grpo", false, &gr->tok);
+    gr->eos = -1, gr->chat = DT_CHAT_NONE;
+    dt_status st = c->chat_template ? dt_chat_kind_parse(c->chat_template, &gr->chat) : DT_OK;
+    if (!st) st = dt_bpe_for_model(c->tokenizer, NULL, dt_gpt2_get_config(r->m)->vocab_size, c->model, "--grpo", false, &gr->tok);
     if (st || !gr->tok) return st;
     char found[4200];
     snprintf(found, sizeof found, "%s/tokenizer.json", c->model);
-    st = dt_tokenizer_config_read(c->tokenizer ? c->tokenizer : found, gr->tok, NULL, &gr->eos, NULL);
-    if (st == DT_ERR_UNSUPPORTED) st = DT_OK, gr->eos = -1; /* no tokenizer_config.json: completions run to their length */
+    const char *tj = c->tokenizer ? c->tokenizer : found;
+    st = dt_tokenizer_config_read(tj, gr->tok, NULL, &gr->eos, NULL); /* none: completions run to their length */
+    /* a template this build cannot render: plain prompts need none, a conversational one is refused naming it */
+    if (!st && dt_tokenizer_config_read(tj, gr->tok, &gr->chat, NULL, NULL) == DT_ERR_UNSUPPORTED) gr->chat = DT_CHAT_NONE;
     return st;
 }
 
@@ -110,7 +114,7 @@ dt_status dt_train_setup_grpo(run *r) {
     if (!gr) return dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
     gr->rows = c->batch * c->grad_accum, gr->T = c->seq, gr->per_rank = gr->rows / c->grpo.group;
     if (!c->grpo.completion) c->grpo.completion = c->seq; /* dr_grpo's constant: the longest completion a row may hold */
-    if (!(st = open_tokenizer(r, gr)) && !(st = dt_grpo_prompts_read(&gr->prompts, c->grpo.prompts, gr->tok, gr->T)) && !(st = dt_reward_create(c->grpo.reward, &gr->reward)) &&
+    if (!(st = open_tokenizer(r, gr)) && !(st = dt_grpo_prompts_read(&gr->prompts, c->grpo.prompts, gr->tok, gr->chat, gr->T)) && !(st = dt_reward_create(c->grpo.reward, &gr->reward)) &&
         !(st = dt_grpo_create(&c->grpo, gr->rows, gr->T, &gr->g)) && !(st = alloc_rows(gr)))
         st = dt_program_set_token_loss(dt_gpt2_program(r->m), dt_grpo_token_loss, gr->g);
     if (!st && c->grpo.beta > 0) st = make_reference(r, gr);

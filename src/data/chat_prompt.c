@@ -1,0 +1,110 @@
+/* A chat's generation prompt by a model's template (chat_template.c's pieces): what the server answers and what GRPO's
+ * conversational prompts are completed from, as transformers' apply_chat_template(add_generation_prompt=True) renders
+ * them. */
+#include "dtrain/data.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+dt_status dt_chat_append(char **buf, size_t *len, size_t *cap, const char *a, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = (*len + n + 1) * 2;
+        char *b = realloc(*buf, c);
+        if (!b) return dt_error(DT_ERR_NOMEM, "out of memory for the chat prompt");
+        *buf = b;
+        *cap = c;
+    }
+    memcpy(*buf + *len, a, n);
+    *len += n;
+    (*buf)[*len] = 0;
+    return DT_OK;
+}
+
+dt_status dt_chat_message_text(const cJSON *c, int i, char **buf, size_t *len, size_t *cap) {
+    if (cJSON_IsString(c)) return dt_chat_append(buf, len, cap, c->valuestring, strlen(c->valuestring));
+    const cJSON *part;
+    if (!cJSON_IsArray(c))
+        return dt_error(DT_ERR_ARG, "'messages' [%d]: 'content' must be a string or an array of text parts", i);
+    cJSON_ArrayForEach(part, c) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "type"), *x = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") || !cJSON_IsString(x))
+            return dt_error(DT_ERR_ARG, "'messages' [%d]: a content part of type '%s': text parts only are read", i,
+                            cJSON_IsString(t) ? t->valuestring : "?");
+        dt_status st = dt_chat_append(buf, len, cap, x->valuestring, strlen(x->valuestring));
+        if (st) return st;
+    }
+    return DT_OK;
+}
+
+/* The template's own system turn (Qwen 2.5's where the chat has none, Llama 3.1's always: its date kw's, else the
+ * template's own); *skip: the chat's first message is written in it. */
+static dt_status system_turn(const dt_chat_template *t, const cJSON *messages, const dt_chat_kwargs *kw, char **buf, size_t *len,
+                             size_t *cap, bool *skip) {
+    const cJSON *m0 = cJSON_GetArrayItem(messages, 0), *r0 = cJSON_GetObjectItemCaseSensitive(m0, "role");
+    bool system0 = cJSON_IsString(r0) && (!strcmp(r0->valuestring, "system") || !strcmp(r0->valuestring, "developer"));
+    char *sys0 = NULL, *sys = NULL;
+    size_t n0 = 0, c0 = 0;
+    dt_status st = system0 ? dt_chat_message_text(cJSON_GetObjectItemCaseSensitive(m0, "content"), 0, &sys0, &n0, &c0) : DT_OK;
+    if (!st) st = dt_chat_system_turn(t, system0 ? (sys0 ? sys0 : "") : NULL, kw->date, &sys);
+    if (!st && sys) st = dt_chat_append(buf, len, cap, sys, strlen(sys));
+    *skip = sys && system0 && t->preamble;
+    free(sys0), free(sys);
+    return st;
+}
+
+/* By the template t: its beginning, its own system turn, each message's head, content, end and what follows, the
+ * assistant's head last (Qwen 3's: an answer's think block only after the last user query, and with thinking off an
+ * empty one to start). */
+static dt_status render(const dt_chat_template *t, const cJSON *messages, const dt_chat_kwargs *kw, char **buf, size_t *len, size_t *cap) {
+    dt_status st = dt_chat_append(buf, len, cap, t->begin, strlen(t->begin));
+    int i = 0, n = cJSON_GetArraySize(messages), last_query = dt_chat_last_query(messages);
+    const cJSON *m;
+    char head[96];
+    bool skip = false;
+    if (!st) st = system_turn(t, messages, kw, buf, len, cap, &skip);
+    cJSON_ArrayForEach(m, messages) {
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "role"), *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+        const char *role = cJSON_IsString(r) ? r->valuestring : "";
+        if (!strcmp(role, "developer")) role = "system"; /* OpenAI's newer name */
+        if (skip && !i++) continue;
+        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))
+            return dt_error(DT_ERR_ARG, "'messages' [%d]: role '%s': a chat's roles are system, developer, user and assistant", i, role);
+        char *text = NULL, *answer = NULL;
+        size_t tl = 0, tc = 0;
+        const char *a;
+        size_t an;
+        const cJSON *reasoning = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
+        snprintf(head, sizeof head, t->head, role);
+        if (!st) st = dt_chat_message_text(c, i, &text, &tl, &tc);
+        if (!st && !strcmp(role, "assistant"))
+            st = dt_chat_answer(t, text ? text : "", cJSON_IsString(reasoning) ? reasoning->valuestring : NULL,
+                                dt_chat_prompt_block(i, n, last_query), &answer);
+        if (!st && answer) a = answer, an = strlen(answer);
+        else if (!st) dt_chat_content(t, text ? text : "", &a, &an);
+        if (!st) st = dt_chat_append(buf, len, cap, head, strlen(head));
+        if (!st) st = dt_chat_append(buf, len, cap, a, an);
+        if (!st) st = dt_chat_append(buf, len, cap, t->end, strlen(t->end));
+        if (!st) st = dt_chat_append(buf, len, cap, t->after, strlen(t->after));
+        free(text), free(answer);
+        if (st) return st;
+        i++;
+    }
+    snprintf(head, sizeof head, t->head, "assistant");
+    if (!(st = dt_chat_append(buf, len, cap, head, strlen(head))) && t->no_think && !kw->thinking) st = dt_chat_append(buf, len, cap, t->no_think, strlen(t->no_think));
+    return st;
+}
+
+dt_status dt_chat_prompt(const dt_chat_template *t, const cJSON *messages, const dt_chat_kwargs *kw, char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0)
+        return dt_error(DT_ERR_ARG, "'messages' must be a non-empty array of {\"role\", \"content\"} objects");
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    dt_status st = render(t, messages, kw, &buf, &n, &cap);
+    if (st) free(buf);
+    else *out = buf, *len = n;
+    return st;
+}
