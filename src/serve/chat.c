@@ -1,6 +1,7 @@
 /* OpenAI's chat messages as one prompt: by the model's own chat template
  * where its tokenizer_config.json names one dtrain renders (ChatML's,
- * Llama 3's, Qwen's, SmolLM2's: data/chat_template.c), the assistant's head last and the
+ * Llama 3's, Qwen's, SmolLM2's: data/chat_prompt.c renders it, Llama 3.2's
+ * date today's unless the request names one), the assistant's head last and the
  * answer ending at its end of turn; else (a GPT-2 has no template of its
  * own) by a plain, documented one (docs/serving.md) that a base model
  * continues naturally:
