@@ -85,6 +85,21 @@ def llama_root():
     return os.environ.get("DTRAIN_LLAMA_CPP") or os.path.join(HERE, "..", ".llama.cpp")
 
 
+SILENT = [0]  # llama.cpp's starts that printed nothing
+
+
+def llama_run(cmd, answered, **kw):
+    """One run of a llama.cpp tool. This build (0.3.36, OpenMP) prints nothing and exits 0 on some starts (10 of 40
+    llama-batched-bench starts here, 19 of 100 llama-completion ones, on one file): such a start is run again (at most 5
+    times; counted in SILENT, said at the end), not taken for a failure or an answer."""
+    for _ in range(5):
+        out = subprocess.run(cmd, capture_output=True, **kw)
+        if out.returncode or answered(out):
+            return out
+        SILENT[0] += 1
+    return out
+
+
 def llama_tokens(args):
     """llama.cpp's greedy tokens (llama-completion, top-k 1, no BOS, in f32: its flash attention, on by default, rounds
     to f16 and turned a near tie of SmolLM's shape at token 48) from dtrain's GGUF: its text read back as ids (a byte
@@ -93,9 +108,8 @@ def llama_tokens(args):
     if not os.access(exe, os.X_OK):
         print("llama-completion is not built: run scripts/build-llama-cpp.sh", file=sys.stderr)
         return
-    out = subprocess.run([exe, "-m", args.gguf, "-p", PROMPT, "-n", str(args.check), "--top-k", "1", "--temp", "0", "-t", "1",
-                          "-no-cnv", "--no-warmup", "-c", "512", "-fa", "off", "-ctk", "f32", "-ctv", "f32"],
-                         capture_output=True)
+    out = llama_run([exe, "-m", args.gguf, "-p", PROMPT, "-n", str(args.check), "--top-k", "1", "--temp", "0", "-t", "1",
+                     "-no-cnv", "--no-warmup", "-c", "512", "-fa", "off", "-ctk", "f32", "-ctv", "f32"], lambda o: o.stdout)
     text = out.stdout
     if text.startswith(PROMPT.encode()):
         text = text[len(PROMPT):]
@@ -127,10 +141,10 @@ def llama(args, threads_list):
             for t in threads_list:
                 runs = []
                 for _ in range(args.reps):
-                    out = subprocess.run([bb, "-m", path, "-c", str(args.batch * (args.prompt + args.steps) + 16), "-b", "2048",
-                                          "-ub", "512", "-npp", str(args.prompt), "-ntg", str(args.steps), "-npl",
-                                          "1,%d" % args.batch, "-t", str(t), "-tb", str(t), "--output-format", "jsonl"],
-                                         capture_output=True, text=True)
+                    out = llama_run([bb, "-m", path, "-c", str(args.batch * (args.prompt + args.steps) + 16), "-b", "2048", "-ub",
+                                     "512", "-npp", str(args.prompt), "-ntg", str(args.steps), "-npl", "1,%d" % args.batch, "-t",
+                                     str(t), "-tb", str(t), "--output-format", "jsonl"], lambda o: '{"n_kv_max"' in o.stdout + o.stderr,
+                                    text=True)
                     rows = [json.loads(x) for x in (out.stdout + out.stderr).splitlines() if x.startswith("{\"n_kv_max\"")]
                     if out.returncode or len(rows) != 2:
                         print("llama-batched-bench failed: %s" % (out.stderr[-800:]), file=sys.stderr)
@@ -164,6 +178,8 @@ def main():
             hf(a, t)
     if a.which in ("llama", "all"):
         llama(a, threads)
+    if SILENT[0]:
+        print("(llama.cpp printed nothing and exited 0 on %d start(s), each run again)" % SILENT[0], file=sys.stderr)
 
 
 if __name__ == "__main__":
