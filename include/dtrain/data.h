@@ -138,7 +138,8 @@ dt_status dt_chat_append(char **buf, size_t *len, size_t *cap, const char *a, si
 int dt_chat_last_query(const struct cJSON *messages);
 /* tokenizer_config.json beside tokenizer_json (none: nothing changes): its chat_template's kind into *chat where that
  * is DT_CHAT_NONE (chat NULL: not asked), its eos_token's id (tok's; eos NULL: not asked), its chat_template's text
- * (the "default" one of a list of named ones) into *jinja (the caller frees; jinja NULL: not asked). */
+ * (the "default" one of a list of named ones) into *jinja (the caller frees; jinja NULL: not asked). A template of a
+ * kind this build cannot render is DT_ERR_UNSUPPORTED with the rest read. */
 dt_status dt_tokenizer_config_read(const char *tokenizer_json, dt_bpe *tok, dt_chat_kind *chat, int *eos, char **jinja);
 typedef struct dt_sft dt_sft;
 dt_status dt_sft_load(const char *path, dt_bpe *tok, dt_chat_kind chat, int eos, int T, dt_sft **out);

@@ -46,7 +46,8 @@ static dt_status system_turn(const dt_chat_template *t, const cJSON *messages, c
     bool system0 = cJSON_IsString(r0) && (!strcmp(r0->valuestring, "system") || !strcmp(r0->valuestring, "developer"));
     char *sys0 = NULL, *sys = NULL;
     size_t n0 = 0, c0 = 0;
-    dt_status st = system0 ? dt_chat_message_text(cJSON_GetObjectItemCaseSensitive(m0, "content"), 0, &sys0, &n0, &c0) : DT_OK;
+    /* (its text matters only to a template that writes it into its own turn; the others write it as any message) */
+    dt_status st = system0 && t->preamble ? dt_chat_message_text(cJSON_GetObjectItemCaseSensitive(m0, "content"), 0, &sys0, &n0, &c0) : DT_OK;
     if (!st) st = dt_chat_system_turn(t, system0 ? (sys0 ? sys0 : "") : NULL, kw->date, &sys);
     if (!st && sys) st = dt_chat_append(buf, len, cap, sys, strlen(sys));
     *skip = sys && system0 && t->preamble;

@@ -195,8 +195,7 @@ dt_status dt_tokenizer_config_read(const char *tokenizer_json, dt_bpe *tok, dt_c
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
             if (cJSON_IsString(name) && !strcmp(name->valuestring, "default")) tmpl = cJSON_GetObjectItemCaseSensitive(t, "template");
         }
-    if (chat && *chat == DT_CHAT_NONE && cJSON_IsString(tmpl)) st = dt_chat_kind_of_template(tmpl->valuestring, where, chat);
-    if (!st && jinja && cJSON_IsString(tmpl) && !(*jinja = strdup(tmpl->valuestring))) st = dt_error(DT_ERR_NOMEM, "out of memory");
+    if (jinja && cJSON_IsString(tmpl) && !(*jinja = strdup(tmpl->valuestring))) st = dt_error(DT_ERR_NOMEM, "out of memory");
     if (!st && eos && cJSON_IsString(e) && tok) {
         uint32_t *ids = NULL;
         size_t n = 0, cap = 0;
@@ -205,6 +204,8 @@ dt_status dt_tokenizer_config_read(const char *tokenizer_json, dt_bpe *tok, dt_c
         if (!st) *eos = (int)ids[0];
         free(ids);
     }
+    /* last: a template this build cannot render leaves the rest read (a caller may go on without it) */
+    if (!st && chat && *chat == DT_CHAT_NONE && cJSON_IsString(tmpl)) st = dt_chat_kind_of_template(tmpl->valuestring, where, chat);
     cJSON_Delete(j);
     return st;
 }

@@ -54,13 +54,12 @@ static dt_status load_vocab(const dt_serve_options *o, const dt_gpt2_config *c, 
         char found[4200];
         snprintf(found, sizeof found, "%s/tokenizer.json", o->model);
         const char *tj = o->bpe_encoder ? o->bpe_encoder : found;
-        st = dt_tokenizer_config_read(tj, v->bpe, &v->chat, NULL, NULL);
+        st = dt_tokenizer_config_read(tj, v->bpe, &v->chat, &v->eot, NULL);
         if (st == DT_ERR_UNSUPPORTED) { /* completions still serve; chats go by the plain template */
             dt_log(DT_LOG_WARN, "serve: chats by dtrain's plain template: %s", dt_last_error());
             v->chat = DT_CHAT_NONE;
             st = DT_OK;
         }
-        if (!st) st = dt_tokenizer_config_read(tj, v->bpe, NULL, &v->eot, NULL);
         if (!st && v->chat != DT_CHAT_NONE)
             dt_log(DT_LOG_INFO, "serve: chats by the model's %s template", dt_chat_template_of(v->chat)->name);
     }

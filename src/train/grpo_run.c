@@ -90,9 +90,10 @@ static dt_status open_tokenizer(run *r, dt_grpo_run *gr) {
     char found[4200];
     snprintf(found, sizeof found, "%s/tokenizer.json", c->model);
     const char *tj = c->tokenizer ? c->tokenizer : found;
-    st = dt_tokenizer_config_read(tj, gr->tok, NULL, &gr->eos, NULL); /* none: completions run to their length */
-    /* a template this build cannot render: plain prompts need none, a conversational one is refused naming it */
-    if (!st && dt_tokenizer_config_read(tj, gr->tok, &gr->chat, NULL, NULL) == DT_ERR_UNSUPPORTED) gr->chat = DT_CHAT_NONE;
+    /* no end-of-text: completions run to their length; a template this build cannot render: plain prompts need none, a
+     * conversational one is refused naming it */
+    st = dt_tokenizer_config_read(tj, gr->tok, &gr->chat, &gr->eos, NULL);
+    if (st == DT_ERR_UNSUPPORTED) st = DT_OK, gr->chat = DT_CHAT_NONE;
     return st;
 }
 

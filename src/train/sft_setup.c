@@ -40,12 +40,11 @@ dt_status dt_train_open_sft(run *r) {
         char found[4200];
         snprintf(found, sizeof found, "%s/tokenizer.json", c->model);
         const char *tj = c->tokenizer ? c->tokenizer : found;
-        st = dt_tokenizer_config_read(tj, tok, &chat, NULL, NULL);
+        st = dt_tokenizer_config_read(tj, tok, &chat, &eos, NULL);
         if (st == DT_ERR_UNSUPPORTED) { /* prompts and completions need none; a chat line is then refused */
             if (r->rank == 0) dt_log(DT_LOG_WARN, "--data: %s", dt_last_error());
             chat = DT_CHAT_NONE, st = DT_OK;
         }
-        if (!st) st = dt_tokenizer_config_read(tj, tok, NULL, &eos, NULL);
     }
     if (!st) st = open_one(r, tok, chat, eos, c->data, &r->sft);
     if (!st && c->val_data) st = open_one(r, tok, chat, eos, c->val_data, &r->sft_val);
