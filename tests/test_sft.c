@@ -524,6 +524,17 @@ int main(int argc, char **argv) {
     check("refused: a chat_template this build cannot render (named)",
           dt_chat_kind_of_template("{% for m in messages %}[INST] {{ m.content }}{% endfor %}", "x/tokenizer_config.json", &k) &&
           strstr(dt_last_error(), "x/tokenizer_config.json"), dt_last_error());
+    /* Qwen 2's template with another default system text: not plain ChatML (which would leave the turn out) */
+    const char *own = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\n"
+                      "You are a pirate.<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                      "'<|im_end|>' + '\\n'}}{% endfor %}";
+    check("refused: a ChatML template with a system turn of its own this build does not know (its text named)",
+          dt_chat_kind_of_template(own, "x/tokenizer_config.json", &k) && strstr(dt_last_error(), "(\"You are a pirate.\")"),
+          dt_last_error());
+    check("a ChatML template whose system turn comes from the chat is ChatML",
+          !dt_chat_kind_of_template("{%- if tools %}{{- '<|im_start|>system\\n' }}{%- endif %}{{'<|im_start|>' + message['role'] + "
+                                    "'\\n' + message['content'] + '<|im_end|>' + '\\n'}}", "x", &k) && k == DT_CHAT_CHATML,
+          NULL);
     snprintf(rm, sizeof rm, "rm -rf %s", cache);
     if (system(rm) != 0) printf("   (could not remove %s)\n", cache);
     printf("%s\n", failed ? "test_sft: FAILED" : "test_sft: all passed");

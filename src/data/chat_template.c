@@ -77,11 +77,33 @@ dt_status dt_chat_kind_parse(const char *name, dt_chat_kind *out) {
     return dt_error(DT_ERR_ARG, "chat template \"%s\": this build renders " KIND_NAMES " (or none: prompt and completion only)", name);
 }
 
+/* The text of a ChatML system turn a template writes from a literal of its own ('<|im_start|>system\nTEXT<|im_end|>',
+ * its newline escaped or not), as templates write a default where a chat has none; false where it writes none. */
+static bool chatml_own_system(const char *jinja, const char **text, int *n) {
+    static const char open[] = "<|im_start|>system";
+    for (const char *p = jinja; (p = strstr(p, open)); p++) {
+        char quote = p > jinja ? p[-1] : 0;
+        const char *s = p + strlen(open);
+        s += !strncmp(s, "\\n", 2) ? 2 : *s == '\n';
+        const char *end = strstr(s, "<|im_end|>"), *q = quote == '\'' || quote == '"' ? strchr(s, quote) : NULL;
+        if (q && end && end < q && end > s) return *text = s, *n = (int)(end - s), true; /* one literal up to the turn's end */
+    }
+    return false;
+}
+
 dt_status dt_chat_kind_of_template(const char *jinja, const char *where, dt_chat_kind *out) {
     for (size_t i = 0; i < sizeof recognised / sizeof *recognised; i++) {
         bool all = true;
         for (int m = 0; m < 3 && recognised[i].marks[m]; m++) all = all && strstr(jinja, recognised[i].marks[m]);
-        if (all) return *out = recognised[i].kind, DT_OK;
+        if (!all) continue;
+        const char *own;
+        int n;
+        /* plain ChatML writes no system turn of its own: one it would silently leave out is said */
+        if (recognised[i].kind == DT_CHAT_CHATML && chatml_own_system(jinja, &own, &n))
+            return dt_error(DT_ERR_UNSUPPORTED, "%s: a ChatML template that writes its own system turn (\"%.*s\") where a chat has "
+                            "none, which this build does not render (it knows Qwen 2's, Qwen 2.5's and SmolLM2's): --chat-template "
+                            "chatml renders the chats without it", where, n > 200 ? 200 : n, own);
+        return *out = recognised[i].kind, DT_OK;
     }
     return dt_error(DT_ERR_UNSUPPORTED, "%s: a chat_template this build cannot render (it renders " KIND_NAMES "): name one with "
                     "--chat-template", where);
