@@ -80,13 +80,17 @@ printf '{"prompt": [{"role": "user", "content": "hi"}]}\n' > "$dir/chat.jsonl"
 refused "a conversational prompt without a tokenizer and a template" "chat.jsonl:1: a conversational prompt needs a tokenizer and a chat template" \
     --grpo "$dir/chat.jsonl" --grpo-group 2
 # conversational prompts through a template (their tokens against apply_chat_template's: test_sft): a run of 2 steps
-# with Llama 3.1's, its rollouts shown as completions of the rendered prompt
+# with Llama 3.1's, its rollouts shown as completions of the rendered prompt, a reward program reading their messages
 mkdir -p "$dir/tok" && cp "$(dirname "$0")/fixtures/sft/llama3_tokenizer.json" "$dir/tok/tokenizer.json" # (no tokenizer_config.json)
 printf '{"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]}\n{"prompt": [{"role": "user", "content": "Say yes."}]}\n' > "$dir/chat2.jsonl"
 "$DTRAIN" train --model llama-tiny --vocab 2006 --layers 2 --channels 48 --heads 4 --kv-heads 2 --ffn 96 --max-seq 128 --seq 96 \
-    --tokenizer "$dir/tok/tokenizer.json" --chat-template llama3.1 --grpo "$dir/chat2.jsonl" --reward contains:e --grpo-group 2 \
+    --tokenizer "$dir/tok/tokenizer.json" --chat-template llama3.1 --grpo "$dir/chat2.jsonl" --grpo-group 2 \
+    --reward "cmd:tee -a $dir/chat2.seen | awk '{ print (index(\$0, \"e\") > 0) }'" \
     --batch 4 --completion-tokens 8 --steps 2 --threads 1 > "$dir/chat2.out" 2>&1 && grep -q "GRPO: 2 prompts from" "$dir/chat2.out" &&
-    grep -qF 'step 1, prompt <|begin_of_text|><|start_header_id|>system<|end_header_id|>' "$dir/chat2.out" && ok "conversational prompts by Llama 3.1's template: 2 steps" ||
+    grep -qF 'step 1, prompt <|begin_of_text|><|start_header_id|>system<|end_header_id|>' "$dir/chat2.out" &&
+    [ "$(grep -cF '{"prompt": [{"role":"system","content":"Be brief."},{"role":"user","content":"hi"}], "completion": [{"role": "assistant", "content": "' \
+        "$dir/chat2.seen")" = 4 ] && [ "$(wc -l < "$dir/chat2.seen")" = 8 ] &&
+    ok "conversational prompts by Llama 3.1's template: 2 steps, the reward program reading their messages" ||
     fail "conversational prompts: $(tail -2 "$dir/chat2.out")"
 head -c 300 /usr/share/common-licenses/GPL-3 | tr '\n' ' ' > "$dir/long.txt"
 refused "a prompt longer than a row" "long.txt:1: the prompt is 300 tokens" --grpo "$dir/long.txt" --grpo-group 2

@@ -159,15 +159,15 @@ static void check_rewards(void) {
     size_t lens[3] = { strlen(texts[0]), strlen(texts[1]), 4 };
     float out[3];
     dt_reward *rw = NULL;
-    bool ok = !dt_reward_create("contains:LORD", &rw) && !dt_reward_score(rw, 3, prompts, texts, lens, out) && out[0] == 1 && out[1] == 0 && out[2] == 1;
+    bool ok = !dt_reward_create("contains:LORD", &rw) && !dt_reward_score(rw, 3, prompts, NULL, texts, lens, out) && out[0] == 1 && out[1] == 0 && out[2] == 1;
     dt_reward_destroy(rw);
-    ok = ok && !dt_reward_create("count:LORD", &rw) && !dt_reward_score(rw, 3, prompts, texts, lens, out) && out[0] == 2 && out[1] == 0 && out[2] == 1;
+    ok = ok && !dt_reward_create("count:LORD", &rw) && !dt_reward_score(rw, 3, prompts, NULL, texts, lens, out) && out[0] == 2 && out[1] == 0 && out[2] == 1;
     dt_reward_destroy(rw);
     check("contains:WORD and count:WORD score the completions", ok, NULL);
     char log[64], cmd[200];
     snprintf(log, sizeof log, "/tmp/dtrain_reward_%d.jsonl", (int)getpid());
     snprintf(cmd, sizeof cmd, "cmd:tee %s | awk '{print NR / 10}'", log);
-    ok = !dt_reward_create(cmd, &rw) && !dt_reward_score(rw, 3, prompts, texts, lens, out);
+    ok = !dt_reward_create(cmd, &rw) && !dt_reward_score(rw, 3, prompts, NULL, texts, lens, out);
     dt_reward_destroy(rw);
     char *seen = NULL;
     size_t n = 0;
@@ -178,6 +178,20 @@ static void check_rewards(void) {
     if (!ok) printf("   the program read:\n%s   and answered %g %g %g\n", seen ? seen : "(nothing)", out[0], out[1], out[2]);
     check("cmd: a program reads a JSON line a completion (escaped, made UTF-8) and answers a number a line", ok, NULL);
     free(seen);
+    seen = NULL;
+    /* a conversational prompt's line: its messages and the answer as messages, as TRL's reward functions get them */
+    const char *msgs[3] = { "[{\"role\":\"user\",\"content\":\"Say \\\"hi\\\"\"}]", NULL, "[]" };
+    snprintf(cmd, sizeof cmd, "cmd:cat > %s; echo 1; echo 2; echo 3", log);
+    ok = !dt_reward_create(cmd, &rw) && !dt_reward_score(rw, 3, prompts, msgs, texts, lens, out);
+    dt_reward_destroy(rw);
+    want = "{\"prompt\": [{\"role\":\"user\",\"content\":\"Say \\\"hi\\\"\"}], \"completion\": [{\"role\": \"assistant\", \"content\": "
+           "\"the LORD and the LORD\"}]}\n"
+           "{\"prompt\": \"p\", \"completion\": \"no\\u000alord here \xef\xbf\xbd\"}\n"
+           "{\"prompt\": [], \"completion\": [{\"role\": \"assistant\", \"content\": \"LORD\"}]}\n";
+    ok = ok && !dt_file_read_text(log, 1 << 20, &seen, &n) && !strcmp(seen, want) && out[1] == 2;
+    if (!ok) printf("   the program read:\n%s", seen ? seen : "(nothing)");
+    check("cmd: a conversational prompt's line holds its messages and the completion as an assistant message (TRL's form)", ok, NULL);
+    free(seen);
     unlink(log);
     static const char *const bad[][2] = {
         { "cmd:exit 3", "exited with status 3" }, { "cmd:echo 1", "1 answer line for 3" }, { "cmd:sed s/.*/x/", "answer line 1 is \"x\"" },
@@ -186,7 +200,7 @@ static void check_rewards(void) {
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         dt_status st = dt_reward_create(bad[k][0], &rw);
-        if (!st) st = dt_reward_score(rw, 3, prompts, texts, lens, out);
+        if (!st) st = dt_reward_score(rw, 3, prompts, NULL, texts, lens, out);
         dt_reward_destroy(rw);
         rw = NULL;
         snprintf(cmd, sizeof cmd, "--reward %s: refused (%s)", bad[k][0], bad[k][1]);

@@ -378,13 +378,16 @@ float dt_grpo_token_loss(void *ctx, int B, int T, const float *ce, const int32_t
 
 /* A completion's reward (train/reward.c), from --reward SPEC: contains:WORD (1 when the completion holds WORD, else
  * 0), count:WORD (how many times), or cmd:COMMAND, a program started once (sh -c) that reads one JSON line a
- * completion ({"prompt": text, "completion": text}) on its standard input and answers each with one number on a line
- * of its standard output. */
+ * completion on its standard input and answers each with one number on a line of its standard output: {"prompt":
+ * text, "completion": text}, or for a conversational prompt, as TRL's reward functions get them, {"prompt":
+ * [messages], "completion": [{"role": "assistant", "content": text}]}. */
 typedef struct dt_reward dt_reward;
 dt_status dt_reward_create(const char *spec, dt_reward **out);
 void dt_reward_destroy(dt_reward *r);
-/* The rewards of n completions (texts with their lengths) of their prompts. */
-dt_status dt_reward_score(dt_reward *r, int n, const char *const *prompts, const char *const *completions, const size_t *lens, float *out);
+/* The rewards of n completions (texts with their lengths) of their prompts: a prompt's text, or (messages[i] not
+ * NULL; messages NULL: none) its messages, a JSON array as written. */
+dt_status dt_reward_score(dt_reward *r, int n, const char *const *prompts, const char *const *messages, const char *const *completions,
+                          const size_t *lens, float *out);
 
 /* Draws the loss (and validation loss) of a metrics file as an SVG, the y
  * axis linear or (log_y) logarithmic; null losses leave gaps. */

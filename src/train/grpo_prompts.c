@@ -9,19 +9,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-static dt_status add_prompt(dt_grpo_prompts *gp, const char *text, const char *where, dt_bpe *tok, bool bos, int T) {
-    if (!*text) return dt_error(DT_ERR_IO, "%s: an empty prompt", where);
-    char **t = realloc(gp->text, sizeof *t * (size_t)(gp->n + 1));
+/* A prompt's text (messages: its messages' JSON, taken; NULL: a text prompt). */
+static dt_status add_prompt(dt_grpo_prompts *gp, const char *text, char *messages, const char *where, dt_bpe *tok, bool bos, int T) {
+    size_t n = (size_t)gp->n + 1;
+    char **t = realloc(gp->text, sizeof *t * n);
     if (t) gp->text = t;
-    int32_t **p = t ? realloc(gp->toks, sizeof *p * (size_t)(gp->n + 1)) : NULL;
+    char **m = t ? realloc(gp->messages, sizeof *m * n) : NULL;
+    if (m) gp->messages = m;
+    int32_t **p = m ? realloc(gp->toks, sizeof *p * n) : NULL;
     if (p) gp->toks = p;
-    int *l = p ? realloc(gp->len, sizeof *l * (size_t)(gp->n + 1)) : NULL;
-    if (!l) return dt_error(DT_ERR_NOMEM, "%s: out of memory", where);
+    int *l = p ? realloc(gp->len, sizeof *l * n) : NULL;
+    if (!l) { free(messages); return dt_error(DT_ERR_NOMEM, "%s: out of memory", where); }
     gp->len = l;
-    int k = gp->n;
+    int k = gp->n++;
+    gp->messages[k] = messages, gp->toks[k] = NULL;
     if (!(gp->text[k] = strdup(text))) return dt_error(DT_ERR_NOMEM, "%s: out of memory", where);
-    gp->toks[k] = NULL;
-    gp->n++;
+    if (!*text) return dt_error(DT_ERR_IO, "%s: an empty prompt", where);
     dt_status st = dt_bpe_prompt(tok, text, strlen(text), bos, &gp->toks[k], &gp->len[k]);
     if (st) return dt_error(st, "%s: %s", where, dt_last_error());
     if (gp->len[k] >= T)
@@ -41,7 +44,8 @@ static dt_status add_messages(dt_grpo_prompts *gp, const cJSON *msgs, const char
     size_t n = 0;
     dt_status st = dt_chat_prompt(t, msgs, &(dt_chat_kwargs){ .thinking = true }, &text, &n);
     if (st) return dt_error(st, "%s: %s", where, dt_last_error());
-    st = add_prompt(gp, text, where, tok, false, T);
+    char *json = cJSON_PrintUnformatted(msgs);
+    st = json ? add_prompt(gp, text, json, where, tok, false, T) : dt_error(DT_ERR_NOMEM, "%s: out of memory", where);
     free(text);
     return st;
 }
@@ -61,13 +65,13 @@ dt_status dt_grpo_prompts_read(dt_grpo_prompts *gp, const char *path, dt_bpe *to
         snprintf(where, sizeof where, "%s:%zu", path, lineno);
         if (eol > s && eol[-1] == '\r') eol[-1] = 0;
         if (!*s) continue;
-        if (!jsonl) { st = add_prompt(gp, s, where, tok, true, T); continue; }
+        if (!jsonl) { st = add_prompt(gp, s, NULL, where, tok, true, T); continue; }
         cJSON *j = NULL;
         if ((st = dt_json_parse_line(s, where, &j))) break;
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
         st = cJSON_IsArray(p) ? add_messages(gp, p, where, tok, chat, T)
            : !cJSON_IsString(p) ? dt_error(DT_ERR_IO, "%s: no \"prompt\" text or messages", where)
-                                : add_prompt(gp, p->valuestring, where, tok, true, T);
+                                : add_prompt(gp, p->valuestring, NULL, where, tok, true, T);
         cJSON_Delete(j);
     }
     free(text);
@@ -76,7 +80,7 @@ dt_status dt_grpo_prompts_read(dt_grpo_prompts *gp, const char *path, dt_bpe *to
 }
 
 void dt_grpo_prompts_free(dt_grpo_prompts *gp) {
-    for (int i = 0; i < gp->n; i++) free(gp->text[i]), free(gp->toks[i]);
-    free(gp->text), free(gp->toks), free(gp->len);
+    for (int i = 0; i < gp->n; i++) free(gp->text[i]), free(gp->messages[i]), free(gp->toks[i]);
+    free(gp->text), free(gp->messages), free(gp->toks), free(gp->len);
     *gp = (dt_grpo_prompts){ 0 };
 }

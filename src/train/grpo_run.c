@@ -214,24 +214,24 @@ static char *completion_text(const dt_grpo_run *gr, const completion *c, size_t 
 
 /* The rows' rewards (--reward) and advantages; rank 0 keeps its first completion's text to show. */
 static dt_status score(run *r, dt_grpo_run *gr) {
-    const char **prompts = malloc(sizeof(char *) * (size_t)gr->rows);
+    const char **prompts = malloc(sizeof(char *) * (size_t)gr->rows), **messages = malloc(sizeof(char *) * (size_t)gr->rows);
     char **texts = calloc((size_t)gr->rows, sizeof(char *));
     size_t *lens = malloc(sizeof(size_t) * (size_t)gr->rows);
-    dt_status st = prompts && texts && lens ? DT_OK : dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
+    dt_status st = prompts && messages && texts && lens ? DT_OK : dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
     for (int i = 0; !st && i < gr->rows; i++) {
         int p = gr->done[i].prompt;
-        prompts[i] = gr->prompts.text[p];
+        prompts[i] = gr->prompts.text[p], messages[i] = gr->prompts.messages[p];
         dt_grpo_row(gr->prompts.toks[p], gr->prompts.len[p], gr->done[i].toks, gr->done[i].n, gr->T, gr->in + (size_t)i * gr->T, gr->tg + (size_t)i * gr->T);
         if (!(texts[i] = completion_text(gr, &gr->done[i], &lens[i]))) st = dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
     }
-    if (!st) st = dt_reward_score(gr->reward, gr->rows, prompts, (const char *const *)texts, lens, gr->rewards);
+    if (!st) st = dt_reward_score(gr->reward, gr->rows, prompts, (const char *const *)messages, (const char *const *)texts, lens, gr->rewards);
     if (!st) dt_grpo_advantages(gr->rewards, gr->rows, r->c.grpo.group, gr->adv);
     if (!st && r->rank == 0) {
         free(gr->sample);
         gr->sample = dt_utf8_clean(texts[0], lens[0], NULL);
     }
     for (int i = 0; texts && i < gr->rows; i++) free(texts[i]);
-    free(prompts), free(texts), free(lens);
+    free(prompts), free(messages), free(texts), free(lens);
     return st;
 }
 

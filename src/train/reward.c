@@ -1,6 +1,7 @@
 /* A completion's reward for reinforcement learning on a language model: a rule (contains:WORD, count:WORD) or a
  * program the user writes (cmd:COMMAND). The program runs once per scoring (sh -c COMMAND), reads one JSON line a
- * completion, {"prompt": text, "completion": text} (bytes that are not UTF-8 as U+FFFD), and writes one number a
+ * completion, {"prompt": text, "completion": text} (bytes that are not UTF-8 as U+FFFD) or for a conversational prompt
+ * {"prompt": [messages], "completion": [{"role": "assistant", "content": text}]} (TRL's form), and writes one number a
  * line; dtrain writes and reads at once (poll), so a program that answers as it reads and one that answers at its
  * end both work. Its standard error is the run's. A program that fails, answers too few or too many lines, answers
  * something that is not a finite number, or says nothing for a minute is an error naming it and the line. */
@@ -94,13 +95,18 @@ static bool put_string(char **buf, size_t *len, size_t *cap, const char *s, size
 }
 
 /* The lines the program reads, one a completion. */
-static char *requests(int n, const char *const *prompts, const char *const *completions, const size_t *lens, size_t *out_len) {
+static char *requests(int n, const char *const *prompts, const char *const *messages, const char *const *completions, const size_t *lens,
+                      size_t *out_len) {
     char *b = NULL;
     size_t len = 0, cap = 0;
     bool ok = true;
-    for (int i = 0; ok && i < n; i++)
-        ok = put(&b, &len, &cap, "{\"prompt\": ") && put_string(&b, &len, &cap, prompts[i], strlen(prompts[i])) &&
-             put(&b, &len, &cap, ", \"completion\": ") && put_string(&b, &len, &cap, completions[i], lens[i]) && put(&b, &len, &cap, "}\n");
+    for (int i = 0; ok && i < n; i++) {
+        bool chat = messages && messages[i];
+        ok = put(&b, &len, &cap, "{\"prompt\": ") &&
+             (chat ? put(&b, &len, &cap, messages[i]) : put_string(&b, &len, &cap, prompts[i], strlen(prompts[i]))) &&
+             put(&b, &len, &cap, chat ? ", \"completion\": [{\"role\": \"assistant\", \"content\": " : ", \"completion\": ") &&
+             put_string(&b, &len, &cap, completions[i], lens[i]) && put(&b, &len, &cap, chat ? "}]}\n" : "}\n");
+    }
     if (!ok || !b) { free(b); return NULL; }
     *out_len = len;
     return b;
@@ -160,10 +166,10 @@ static dt_status exchange(const dt_reward *r, int fd_in, int fd_out, const char 
     return DT_OK;
 }
 
-static dt_status run_program(const dt_reward *r, int n, const char *const *prompts, const char *const *completions, const size_t *lens,
-                             float *out) {
+static dt_status run_program(const dt_reward *r, int n, const char *const *prompts, const char *const *messages,
+                             const char *const *completions, const size_t *lens, float *out) {
     size_t nin = 0, nout = 0;
-    char *in = requests(n, prompts, completions, lens, &nin), *got = NULL;
+    char *in = requests(n, prompts, messages, completions, lens, &nin), *got = NULL;
     int to[2] = { -1, -1 }, from[2] = { -1, -1 };
     if (!in || pipe(to) || pipe(from)) {
         free(in);
@@ -197,8 +203,9 @@ static dt_status run_program(const dt_reward *r, int n, const char *const *promp
     return st;
 }
 
-dt_status dt_reward_score(dt_reward *r, int n, const char *const *prompts, const char *const *completions, const size_t *lens, float *out) {
-    if (r->kind == KIND_CMD) return run_program(r, n, prompts, completions, lens, out);
+dt_status dt_reward_score(dt_reward *r, int n, const char *const *prompts, const char *const *messages, const char *const *completions,
+                          const size_t *lens, float *out) {
+    if (r->kind == KIND_CMD) return run_program(r, n, prompts, messages, completions, lens, out);
     for (int i = 0; i < n; i++) {
         int k = occurrences(completions[i], lens[i], r->arg);
         out[i] = r->kind == KIND_COUNT ? (float)k : k > 0;
