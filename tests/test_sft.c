@@ -316,38 +316,36 @@ static bool request_ids_match(const cJSON *c, dt_bpe *tok, dt_chat_kind chat) {
     return ok;
 }
 
-/* GRPO's conversational prompts ({"prompt": [messages]}, TRL's form) through dt_grpo_prompts_read: each case's tokens
- * against its ids (apply_chat_template's) where the case is what training renders (thinking on, the template's own
- * date); *n: how many. */
+/* GRPO's conversational prompts ({"prompt": [messages]}, TRL's form) through dt_grpo_prompts_read: each case's text
+ * against the template's and its tokens against its ids where it has them (apply_chat_template's), read with the case's chat_template_kwargs (enable_thinking, date_string, as
+ * --chat-template-kwargs gives them); *n: how many. */
 static bool grpo_prompts_match(const cJSON *cases, dt_bpe *tok, dt_chat_kind chat, int *n) {
-    char path[] = "/tmp/dtrain_grpo_chat_XXXXXX.jsonl";
-    int fd = mkstemps(path, 6);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    const cJSON *c, *want[64];
+    const cJSON *c;
+    bool ok = true;
     *n = 0;
     cJSON_ArrayForEach(c, cases) {
-        const cJSON *date = cJSON_GetObjectItemCaseSensitive(c, "date_string");
-        if (!f || *n == 64 || !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "enable_thinking")) ||
-            (cJSON_IsString(date) && strcmp(date->valuestring, "26 Jul 2024")))
-            continue;
+        char path[] = "/tmp/dtrain_grpo_chat_XXXXXX.jsonl";
+        int fd = mkstemps(path, 6);
+        FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
         char *line = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(c, "messages"));
-        fprintf(f, "{\"prompt\": %s}\n", line ? line : "null");
+        if (f) fprintf(f, "{\"prompt\": %s}\n", line ? line : "null"), fclose(f);
         free(line);
-        want[(*n)++] = cJSON_GetObjectItemCaseSensitive(c, "ids");
+        const cJSON *date = cJSON_GetObjectItemCaseSensitive(c, "date_string"), *want = cJSON_GetObjectItemCaseSensitive(c, "ids"),
+                    *text = cJSON_GetObjectItemCaseSensitive(c, "text");
+        dt_chat_kwargs kw = { .thinking = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "enable_thinking")),
+                              .date = cJSON_IsString(date) ? date->valuestring : NULL };
+        dt_grpo_prompts gp = { 0 };
+        ok = f && cJSON_IsString(text) && !dt_grpo_prompts_read(&gp, path, tok, chat, &kw, 512) && gp.n == 1 &&
+             !strcmp(gp.text[0], text->valuestring) && (!want || gp.len[0] == cJSON_GetArraySize(want));
+        for (int k = 0; ok && want && k < gp.len[0]; k++) ok = gp.toks[0][k] == cJSON_GetArrayItem(want, k)->valueint;
+        if (!ok) printf("   GRPO prompt %d: %s, %d tokens (apply_chat_template's %d) (%s)\n", *n, gp.n ? gp.text[0] : "none",
+                        gp.n ? gp.len[0] : -1, cJSON_GetArraySize(want), dt_last_error());
+        dt_grpo_prompts_free(&gp);
+        unlink(path);
+        if (!ok) break;
+        (*n)++;
     }
-    if (f) fclose(f);
-    dt_grpo_prompts gp = { 0 };
-    bool ok = f && *n > 0 && !dt_grpo_prompts_read(&gp, path, tok, chat, 512) && gp.n == *n;
-    for (int i = 0; ok && i < gp.n; i++) {
-        ok = gp.len[i] == cJSON_GetArraySize(want[i]);
-        for (int k = 0; ok && k < gp.len[i]; k++) ok = gp.toks[i][k] == cJSON_GetArrayItem(want[i], k)->valueint;
-        if (!ok) printf("   GRPO prompt %d: %d tokens (the first %d), apply_chat_template's %d\n", i, gp.len[i], gp.len[i] ? gp.toks[i][0] : -1,
-                        cJSON_GetArraySize(want[i]));
-    }
-    if (!ok && gp.n != *n) printf("   GRPO prompts: %d read of %d (%s)\n", gp.n, *n, dt_last_error());
-    dt_grpo_prompts_free(&gp);
-    unlink(path);
-    return ok;
+    return ok && *n > 0;
 }
 
 /* A template's fixtures (<name>_*): the kind its markers name; its chats' rows (by the fixture's tokenizer and rows'
@@ -401,9 +399,10 @@ static void check_template(const char *dir, const char *name, dt_chat_kind want,
     snprintf(what, sizeof what, "%s: %d of %d chat requests' prompt tokens are apply_chat_template's", name, same_ids, ided);
     if (!st && ided) check(what, same_ids == ided, NULL);
     int ngrpo = 0;
-    bool grpo = !st && ided && grpo_prompts_match(cases, tok, chat, &ngrpo);
-    snprintf(what, sizeof what, "%s: %d GRPO conversational prompts' tokens are apply_chat_template's", name, ngrpo);
-    if (!st && ided) check(what, grpo, NULL);
+    bool grpo = !st && grpo_prompts_match(cases, tok, chat, &ngrpo);
+    snprintf(what, sizeof what, "%s: %d GRPO conversational prompts are the template's (%s)", name, ngrpo,
+             ided ? "text and apply_chat_template's tokens" : "text");
+    if (!st) check(what, grpo && ngrpo == k, NULL);
     if (st) {
         printf("FAIL %s: %s\n", name, dt_last_error());
         failed++;
@@ -503,7 +502,7 @@ int main(int argc, char **argv) {
         dt_bpe *tok = NULL;
         dt_chat_kind ignored;
         int eos;
-        bool refused = f && !load_tokenizer(dir, &tok, &ignored, &eos) && dt_grpo_prompts_read(&gp, path, tok, DT_CHAT_NONE, 64) &&
+        bool refused = f && !load_tokenizer(dir, &tok, &ignored, &eos) && dt_grpo_prompts_read(&gp, path, tok, DT_CHAT_NONE, &(dt_chat_kwargs){ .thinking = true }, 64) &&
                        strstr(dt_last_error(), ":2: a conversational prompt needs a tokenizer and a chat template");
         check("refused: a GRPO conversational prompt without a chat template (its line named)", refused, dt_last_error());
         dt_grpo_prompts_free(&gp);

@@ -130,6 +130,9 @@ typedef struct {
  * turn, each message, the assistant's head last; into *out (the caller frees), *len its bytes. Bad messages are refused
  * naming the message. */
 dt_status dt_chat_prompt(const dt_chat_template *t, const struct cJSON *messages, const dt_chat_kwargs *kw, char **out, size_t *len);
+/* chat_template_kwargs o (an object; NULL or null: none) into *kw: enable_thinking (true or false) and date_string (a
+ * text of at most 63 bytes, kw->date pointing into o); anything else is an error saying what it holds. */
+dt_status dt_chat_kwargs_read(const struct cJSON *o, dt_chat_kwargs *kw);
 /* A message's content as one text (a string, or {"type": "text", "text"} parts joined; message i, for the error)
  * appended to a growing text (*buf of *len bytes, room for *cap, NUL-terminated), and any bytes so. */
 dt_status dt_chat_message_text(const struct cJSON *content, int i, char **buf, size_t *len, size_t *cap);

@@ -28,6 +28,7 @@ typedef enum { DT_GRPO_LOSS_DAPO = 0, DT_GRPO_LOSS_GRPO, DT_GRPO_LOSS_DR_GRPO } 
 typedef struct {
     const char *prompts;      /* --grpo FILE: a .jsonl of {"prompt": text} or a text file of one prompt a line (NULL: no GRPO) */
     const char *reward;       /* --reward SPEC (dt_reward_parse) */
+    const char *chat_kwargs;  /* --chat-template-kwargs JSON: a conversational prompt's (TRL's chat_template_kwargs) */
     int group;                /* --grpo-group G: completions a prompt (TRL's num_generations, 8) */
     int iterations;           /* --grpo-iterations: steps a rollout trains (TRL's num_iterations, mu; 1) */
     int completion;           /* --completion-tokens N: a completion's most tokens (0: up to the row's end) */

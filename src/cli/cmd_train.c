@@ -83,7 +83,11 @@ static void usage(FILE *f) {
             "                     parallelism only (ddp, zero1, zero2); the prompts in file order, or --shuffle SEED\n"
             "  --reward SPEC      contains:WORD (1 if the completion holds WORD), count:WORD, or cmd:COMMAND: a\n"
             "                     program reading a JSON line {\"prompt\", \"completion\"} a completion and writing\n"
-            "                     a number a line\n"
+            "                     a number a line (a conversational prompt's messages, the completion as\n"
+            "                     [{\"role\": \"assistant\", \"content\"}]: what TRL's reward functions get)\n"
+            "  --chat-template-kwargs JSON  how conversational prompts are rendered (TRL's chat_template_kwargs):\n"
+            "                     {\"enable_thinking\": false} (Qwen 3's empty think block), {\"date_string\": D}\n"
+            "                     (Llama 3.1's and 3.2's system turn; by default the template's own date)\n"
             "  --grpo-beta X      the KL penalty to the starting model (0.04, the paper's; 0: no reference kept)\n"
             "  --grpo-kl K        corrected (TRL's default: the k3 estimate times the ratio, DeepSeek-V3.2's unbiased\n"
             "                     gradient) or plain (the k3 estimate alone, the GRPO paper's)\n"
@@ -296,7 +300,7 @@ static const dt_cli_flag flags[] = {
     { "--strategy", "single, ddp, zero1, zero2 or zero3" }, { "--zero", "1, 2 or 3" }, { "--metrics", "a file path" }, { "--tensorboard", "a folder" },
     { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
     { "--report", "a directory" }, { "--config", "a JSON file" },
-    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--lora-dropout", "a probability from 0 to 0.999" }, { "--dpo-beta", "a number from 1e-6 to 1e6" }, { "--grpo", "a prompts file (.jsonl of {\"prompt\": text}, or one a line)" }, { "--reward", "contains:WORD, count:WORD or cmd:COMMAND" }, { "--grpo-loss", "dapo, grpo or dr_grpo" }, { "--grpo-kl", "corrected or plain" },
+    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--lora-dropout", "a probability from 0 to 0.999" }, { "--dpo-beta", "a number from 1e-6 to 1e6" }, { "--grpo", "a prompts file (.jsonl of {\"prompt\": text}, or one a line)" }, { "--reward", "contains:WORD, count:WORD or cmd:COMMAND" }, { "--chat-template-kwargs", "a JSON object" }, { "--grpo-loss", "dapo, grpo or dr_grpo" }, { "--grpo-kl", "corrected or plain" },
     { "--grpo-group", "a whole number from 2 to 4096" }, { "--grpo-iterations", "a whole number from 1 to 1000" }, { "--grpo-beta", "a number from 0 to 1e6" }, { "--grpo-epsilon", "a number from 0 to 1e3" },
     { "--completion-tokens", "a whole number from 1 to 1e6" }, { "--temperature", "a number from 0 to 100" }, { "--top-k", "a whole number from 0 (all) to 2^30" },
     { "--lora-targets", "module names, comma-separated (c_attn,c_proj; q_proj,v_proj)" },
@@ -372,7 +376,8 @@ typedef struct {
 
 static void note_family(train_opts *o, const char *f) {
     /* (--reward alone is refused by run_checks.c: a reward program may be meant to run) */
-    bool grpo = !strncmp(f, "--grpo-", 7) || !strcmp(f, "--completion-tokens") || !strcmp(f, "--temperature") || !strcmp(f, "--top-k");
+    bool grpo = !strncmp(f, "--grpo-", 7) || !strcmp(f, "--completion-tokens") || !strcmp(f, "--temperature") || !strcmp(f, "--top-k") ||
+                !strcmp(f, "--chat-template-kwargs");
     bool pp = !strcmp(f, "--pp-schedule") || !strcmp(f, "--virtual-stages"); /* --pp-wire's and --cp-wire's: run_checks.c */
     bool text = !strcmp(f, "--tokenizer") || !strcmp(f, "--chat-template");
     const char **slot = !strncmp(f, "--compress-", 11) ? &o->codec_flag : grpo ? &o->grpo_flag : pp ? &o->pp_flag
@@ -403,6 +408,7 @@ static int path_flag(const char *f, const char *v, dt_train_config *c) {
         { "--model", &c->model }, { "--init", &c->init }, { "--data", &c->data }, { "--val-data", &c->val_data },
         { "--save", &c->save }, { "--resume", &c->resume }, { "--lora-targets", &c->lora.targets }, { "--lora", &c->lora_from },
         { "--tokenizer", &c->tokenizer }, { "--grpo", &c->grpo.prompts }, { "--reward", &c->grpo.reward },
+        { "--chat-template-kwargs", &c->grpo.chat_kwargs },
         { "--metrics", &c->metrics }, { "--tensorboard", &c->tensorboard }, { "--trace", &c->trace }, { "--report", &c->report },
     };
     if (!strcmp(f, "--config")) return 1; /* read above */

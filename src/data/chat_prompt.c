@@ -97,6 +97,20 @@ static dt_status render(const dt_chat_template *t, const cJSON *messages, const 
     return st;
 }
 
+dt_status dt_chat_kwargs_read(const cJSON *o, dt_chat_kwargs *kw) {
+    *kw = (dt_chat_kwargs){ .thinking = true };
+    if (!o || cJSON_IsNull(o)) return DT_OK;
+    if (!cJSON_IsObject(o)) return dt_error(DT_ERR_ARG, "must be an object");
+    for (const cJSON *f = o->child; f; f = f->next) {
+        if (!strcmp(f->string, "enable_thinking") && cJSON_IsBool(f)) kw->thinking = cJSON_IsTrue(f);
+        else if (!strcmp(f->string, "date_string") && cJSON_IsString(f) && strlen(f->valuestring) < 64) kw->date = f->valuestring;
+        else
+            return dt_error(DT_ERR_ARG, "holds '%s': enable_thinking (true or false) and date_string (a text of at most 63 bytes) "
+                            "are read, nothing else", f->string);
+    }
+    return DT_OK;
+}
+
 dt_status dt_chat_prompt(const dt_chat_template *t, const cJSON *messages, const dt_chat_kwargs *kw, char **out, size_t *len) {
     *out = NULL;
     *len = 0;

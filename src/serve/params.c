@@ -108,18 +108,8 @@ static dt_status refuse_unsupported(const cJSON *o, const char **param) {
 /* chat_template_kwargs (vLLM's and SGLang's field): enable_thinking, whether Qwen 3 thinks (true unless said), and
  * date_string, the date Llama 3.1's and 3.2's system turn names. */
 static dt_status read_template_kwargs(const cJSON *o, dt_chat_kwargs *kw, const char **param) {
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "chat_template_kwargs");
-    *kw = (dt_chat_kwargs){ .thinking = true };
-    if (!f || cJSON_IsNull(f)) return DT_OK;
-    if (!cJSON_IsObject(f)) return bad(param, "chat_template_kwargs", "'%s' must be an object%s", "");
-    for (f = f->child; f; f = f->next) {
-        if (!strcmp(f->string, "enable_thinking") && cJSON_IsBool(f)) kw->thinking = cJSON_IsTrue(f);
-        else if (!strcmp(f->string, "date_string") && cJSON_IsString(f) && strlen(f->valuestring) < 64) kw->date = f->valuestring;
-        else
-            return bad(param, "chat_template_kwargs", "'%s' holds '%s': this server reads enable_thinking (true or false) and "
-                       "date_string (a text of at most 63 bytes) only", f->string);
-    }
-    return DT_OK;
+    if (!dt_chat_kwargs_read(cJSON_GetObjectItemCaseSensitive(o, "chat_template_kwargs"), kw)) return DT_OK;
+    return bad(param, "chat_template_kwargs", "'%s' %s", dt_last_error()); /* (dt_error formats before it writes) */
 }
 
 /* A chat request's messages, rendered and encoded as its prompt; its answer also stops at the next turn. */

@@ -35,14 +35,15 @@ static dt_status add_prompt(dt_grpo_prompts *gp, const char *text, char *message
 
 /* A conversational prompt: its messages by the template, tokenized as they are (the template writes its own
  * begin-of-text). */
-static dt_status add_messages(dt_grpo_prompts *gp, const cJSON *msgs, const char *where, dt_bpe *tok, dt_chat_kind chat, int T) {
+static dt_status add_messages(dt_grpo_prompts *gp, const cJSON *msgs, const char *where, dt_bpe *tok, dt_chat_kind chat,
+                              const dt_chat_kwargs *kw, int T) {
     const dt_chat_template *t = dt_chat_template_of(chat);
     if (!t || !tok)
         return dt_error(DT_ERR_ARG, "%s: a conversational prompt needs a tokenizer and a chat template (its tokenizer_config.json's, "
                         "one this build renders, or --chat-template KIND)", where);
     char *text = NULL;
     size_t n = 0;
-    dt_status st = dt_chat_prompt(t, msgs, &(dt_chat_kwargs){ .thinking = true }, &text, &n);
+    dt_status st = dt_chat_prompt(t, msgs, kw, &text, &n);
     if (st) return dt_error(st, "%s: %s", where, dt_last_error());
     char *json = cJSON_PrintUnformatted(msgs);
     st = json ? add_prompt(gp, text, json, where, tok, false, T) : dt_error(DT_ERR_NOMEM, "%s: out of memory", where);
@@ -50,7 +51,7 @@ static dt_status add_messages(dt_grpo_prompts *gp, const cJSON *msgs, const char
     return st;
 }
 
-dt_status dt_grpo_prompts_read(dt_grpo_prompts *gp, const char *path, dt_bpe *tok, dt_chat_kind chat, int T) {
+dt_status dt_grpo_prompts_read(dt_grpo_prompts *gp, const char *path, dt_bpe *tok, dt_chat_kind chat, const dt_chat_kwargs *kw, int T) {
     char *text = NULL, where[4200];
     size_t len = 0;
     dt_status st = dt_file_read_lines(path, (size_t)1 << 30, &text, &len);
@@ -69,7 +70,7 @@ dt_status dt_grpo_prompts_read(dt_grpo_prompts *gp, const char *path, dt_bpe *to
         cJSON *j = NULL;
         if ((st = dt_json_parse_line(s, where, &j))) break;
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
-        st = cJSON_IsArray(p) ? add_messages(gp, p, where, tok, chat, T)
+        st = cJSON_IsArray(p) ? add_messages(gp, p, where, tok, chat, kw, T)
            : !cJSON_IsString(p) ? dt_error(DT_ERR_IO, "%s: no \"prompt\" text or messages", where)
                                 : add_prompt(gp, p->valuestring, NULL, where, tok, true, T);
         cJSON_Delete(j);

@@ -14,9 +14,9 @@ typedef struct {
 /* A .jsonl of {"prompt": text} or {"prompt": [messages]} (TRL's prompt-only forms, standard and conversational; other
  * keys ignored), or any other file's lines: each tokenized by tok (NULL: bytes; a text after the tokenizer's
  * begin-of-text, as TRL's GRPOTrainer tokenizes it; messages rendered by the chat template with the assistant's head
- * last and tokenized as they are, as its apply_chat_template) and refused, naming its
+ * last (as kw asks) and tokenized as they are, as its apply_chat_template) and refused, naming its
  * line, when empty or not shorter than T tokens, or messages without a template. */
-dt_status dt_grpo_prompts_read(dt_grpo_prompts *p, const char *path, dt_bpe *tok, dt_chat_kind chat, int T);
+dt_status dt_grpo_prompts_read(dt_grpo_prompts *p, const char *path, dt_bpe *tok, dt_chat_kind chat, const dt_chat_kwargs *kw, int T);
 void dt_grpo_prompts_free(dt_grpo_prompts *p);
 
 #endif

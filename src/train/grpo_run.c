@@ -12,6 +12,7 @@
 #include "dtrain/io.h"
 #include "dtrain/kernels.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,15 @@ struct dt_grpo_run {
 };
 
 
+/* --chat-template-kwargs read into *kw (*json, the caller's to delete, holds its date's text). */
+static dt_status chat_kwargs(const dt_train_config *c, cJSON **json, dt_chat_kwargs *kw) {
+    const char *text = c->grpo.chat_kwargs;
+    *json = text ? cJSON_Parse(text) : NULL;
+    if (text && !*json) return dt_error(DT_ERR_ARG, "--chat-template-kwargs %s: not JSON", text);
+    dt_status st = dt_chat_kwargs_read(*json, kw);
+    return st ? dt_error(st, "--chat-template-kwargs %s: %s", text, dt_last_error()) : DT_OK;
+}
+
 dt_status dt_train_check_grpo(const dt_train_config *c) {
     const char *why = c->data ? "--data (GRPO's rows are its own completions of the --grpo prompts)"
                     : c->val_data ? "--val-data"
@@ -62,6 +72,9 @@ dt_status dt_train_check_grpo(const dt_train_config *c) {
     dt_reward *probe = NULL;
     dt_status st = dt_reward_create(c->grpo.reward, &probe); /* the spec's form, said before any work */
     dt_reward_destroy(probe);
+    cJSON *kwj = NULL;
+    if (!st) st = chat_kwargs(c, &kwj, &(dt_chat_kwargs){ 0 });
+    cJSON_Delete(kwj);
     if (st) return st;
     int rows = c->batch * c->grad_accum;
     if (rows % c->grpo.group)
@@ -93,7 +106,10 @@ static dt_status open_tokenizer(run *r, dt_grpo_run *gr) {
     /* no end-of-text: completions run to their length; a template this build cannot render: plain prompts need none, a
      * conversational one is refused naming it */
     st = dt_tokenizer_config_read(tj, gr->tok, &gr->chat, &gr->eos, NULL);
-    if (st == DT_ERR_UNSUPPORTED) st = DT_OK, gr->chat = DT_CHAT_NONE;
+    if (st == DT_ERR_UNSUPPORTED) {
+        if (r->rank == 0) dt_log(DT_LOG_WARN, "--grpo: %s", dt_last_error());
+        st = DT_OK, gr->chat = DT_CHAT_NONE;
+    }
     return st;
 }
 
@@ -115,8 +131,13 @@ dt_status dt_train_setup_grpo(run *r) {
     if (!gr) return dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
     gr->rows = c->batch * c->grad_accum, gr->T = c->seq, gr->per_rank = gr->rows / c->grpo.group;
     if (!c->grpo.completion) c->grpo.completion = c->seq; /* dr_grpo's constant: the longest completion a row may hold */
-    if (!(st = open_tokenizer(r, gr)) && !(st = dt_grpo_prompts_read(&gr->prompts, c->grpo.prompts, gr->tok, gr->chat, gr->T)) && !(st = dt_reward_create(c->grpo.reward, &gr->reward)) &&
-        !(st = dt_grpo_create(&c->grpo, gr->rows, gr->T, &gr->g)) && !(st = alloc_rows(gr)))
+    cJSON *kwj = NULL;
+    dt_chat_kwargs kw;
+    if (!(st = open_tokenizer(r, gr)) && !(st = chat_kwargs(c, &kwj, &kw)))
+        st = dt_grpo_prompts_read(&gr->prompts, c->grpo.prompts, gr->tok, gr->chat, &kw, gr->T);
+    cJSON_Delete(kwj);
+    if (!st && !(st = dt_reward_create(c->grpo.reward, &gr->reward)) && !(st = dt_grpo_create(&c->grpo, gr->rows, gr->T, &gr->g)) &&
+        !(st = alloc_rows(gr)))
         st = dt_program_set_token_loss(dt_gpt2_program(r->m), dt_grpo_token_loss, gr->g);
     if (!st && c->grpo.beta > 0) st = make_reference(r, gr);
     if (!st && r->rank == 0 && !c->quiet)
