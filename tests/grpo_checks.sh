@@ -63,6 +63,8 @@ refused "--data beside --grpo" "not with --data" --data "$dir/prompts.txt"
 refused "rows that are not whole groups" "must be whole groups" --grpo-group 3
 refused "a missing --reward" "--reward SPEC is required" --reward "" --grpo-group 2
 refused "an unknown reward" "--reward regex:x: contains:WORD" --reward regex:x --grpo-group 2
+refused "--chat-template-kwargs that is not JSON" "--chat-template-kwargs {x: not JSON" --chat-template-kwargs "{x" --grpo-group 2
+refused "--chat-template-kwargs of a key it does not read" "holds 'tools': enable_thinking" --chat-template-kwargs '{"tools": []}' --grpo-group 2
 "$DTRAIN" train --model llama-tiny --vocab 256 --reward contains:e --steps 1 > "$dir/noprompts.out" 2>&1
 [ $? -ne 0 ] && grep -q "give the prompts with --grpo FILE" "$dir/noprompts.out" && ok "--reward without --grpo refused" || fail "--reward alone: $(tail -1 "$dir/noprompts.out")"
 refused "a missing prompts file" "--grpo $dir/none.txt" --grpo "$dir/none.txt" --grpo-group 2
@@ -85,12 +87,14 @@ mkdir -p "$dir/tok" && cp "$(dirname "$0")/fixtures/sft/llama3_tokenizer.json" "
 printf '{"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]}\n{"prompt": [{"role": "user", "content": "Say yes."}]}\n' > "$dir/chat2.jsonl"
 "$DTRAIN" train --model llama-tiny --vocab 2006 --layers 2 --channels 48 --heads 4 --kv-heads 2 --ffn 96 --max-seq 128 --seq 96 \
     --tokenizer "$dir/tok/tokenizer.json" --chat-template llama3.1 --grpo "$dir/chat2.jsonl" --grpo-group 2 \
+    --chat-template-kwargs '{"date_string": "01 Jan 2025"}' \
     --reward "cmd:tee -a $dir/chat2.seen | awk '{ print (index(\$0, \"e\") > 0) }'" \
     --batch 4 --completion-tokens 8 --steps 2 --threads 1 > "$dir/chat2.out" 2>&1 && grep -q "GRPO: 2 prompts from" "$dir/chat2.out" &&
     grep -qF 'step 1, prompt <|begin_of_text|><|start_header_id|>system<|end_header_id|>' "$dir/chat2.out" &&
+    grep -qF 'Today Date: 01 Jan 2025' "$dir/chat2.out" &&
     [ "$(grep -cF '{"prompt": [{"role":"system","content":"Be brief."},{"role":"user","content":"hi"}], "completion": [{"role": "assistant", "content": "' \
         "$dir/chat2.seen")" = 4 ] && [ "$(wc -l < "$dir/chat2.seen")" = 8 ] &&
-    ok "conversational prompts by Llama 3.1's template: 2 steps, the reward program reading their messages" ||
+    ok "conversational prompts by Llama 3.1's template (--chat-template-kwargs' date): 2 steps, the reward program reading their messages" ||
     fail "conversational prompts: $(tail -2 "$dir/chat2.out")"
 head -c 300 /usr/share/common-licenses/GPL-3 | tr '\n' ' ' > "$dir/long.txt"
 refused "a prompt longer than a row" "long.txt:1: the prompt is 300 tokens" --grpo "$dir/long.txt" --grpo-group 2

@@ -252,7 +252,7 @@ print(t, end="")')
 r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d '{"messages":[{"role":"tool","content":"x"}]}')
 echo "$r" | grep -q "role 'tool'" && [ "${r##* }" = 400 ] && ok "a chat message of role tool: 400 naming it" || fail "chat role tool: $r"
 r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"tools":[]}}')
-echo "$r" | grep -q "holds 'tools': this server reads enable_thinking" && [ "${r##* }" = 400 ] &&
+echo "$r" | grep -q "'chat_template_kwargs' holds 'tools': enable_thinking" && [ "${r##* }" = 400 ] &&
     ok "chat_template_kwargs other than enable_thinking and date_string: 400 naming it" || fail "chat_template_kwargs tools: $r"
 r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"date_string":5}}')
 echo "$r" | grep -q "holds 'date_string'" && [ "${r##* }" = 400 ] && ok "chat_template_kwargs date_string not a text: 400 naming it" ||
