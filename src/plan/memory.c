@@ -79,7 +79,8 @@ static void model_states(const dt_plan_job *j, double psi, double psi_sh, double
 /* One rank holding psi parameters and acts bytes of activations; stage_bufs of its pipeline stage's own buffers, and
  * runtime bytes of process. */
 static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, double tied, double f32_only, const double unit_lp[2],
-                          double adapters, double acts, double stage_bufs, double runtime, const dt_plan_units *on, dt_plan_memory *m) {
+                          double gathered, double adapters, double acts, double stage_bufs, double runtime, const dt_plan_units *on,
+                          dt_plan_memory *m) {
     double n = j->dp > 0 ? j->dp : 1, f = 4;
     memset(m, 0, sizeof *m);
     model_states(j, psi, psi_sh, tied, f32_only, unit_lp, adapters, m);
@@ -113,8 +114,8 @@ static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, doubl
               (j->stage >= 1 && j->stage < 3 && n > 1 && !shared ? f * staging : 0) + pool_bytes;
     /* with experts spread over ranks (each rank its own parameter copy) ZeRO-3 gathers the unit running and the next:
      * the largest block's, at worst wholly another rank's (a region's contiguous shards over few ranks give whole
-     * layers' experts to one) */
-    if (j->ep > 1 && j->stage >= 3 && n > 1 && !j->paper_states) m->comm += 2 * f * unit_lp[1];
+     * layers' experts to one), its experts only where other ranks hold the same ones */
+    if (j->ep > 1 && j->stage >= 3 && n > 1 && !j->paper_states) m->comm += 2 * f * gathered;
     /* LoRA: the adapters' buckets (no token table's rows deferred, no pool for a head that does not train) */
     if (j->lora.rank) {
         m->comm = n > 1 ? 2 * fmin((double)j->bucket_bytes, f * adapters) : 0;
@@ -185,6 +186,8 @@ static void estimate_rank(const dt_plan_job *j, double psi, double psi_sh, doubl
  * 16-bit copy (the embedding reads f32; the head's unit reads the tied wte). */
 typedef struct {
     double psi, experts, tied, unit_lp[2];
+    double gathered; /* ZeRO-3 under expert parallelism: the most of a block another rank may hold (its experts only where
+                      * other ranks hold them too) */
 } stage_params;
 
 static void params_of_stage(const dt_plan_job *j, int s, int p, int v, const int *first, int *a, int *b, stage_params *out) {
@@ -198,6 +201,8 @@ static void params_of_stage(const dt_plan_job *j, int s, int p, int v, const int
             double x = dt_plan_units_params(j, u, u + 1);
             out->unit_lp[0] = fmax(out->unit_lp[0], x);
             if (u <= c->num_layers) out->unit_lp[1] = fmax(out->unit_lp[1], x);
+            bool alone = j->ep > 1 && j->dp <= j->ep; /* each rank's experts its own: never gathered */
+            if (u <= c->num_layers) out->gathered = fmax(out->gathered, x - (alone ? dt_plan_units_expert_params(j, u, u + 1) : 0));
         }
         if (p > 1 && a[k] > 0 && b[k] == c->num_layers + 2 && !c->untied)
             out->tied = ceil((double)c->padded_vocab_size / (j->tp > 1 ? j->tp : 1)) * c->channels;
@@ -236,7 +241,7 @@ static void stage_memory(const dt_plan_job *j, int s, int p, int v, const int *f
     /* --params N: the model states of N parameters, split as the shape's are */
     if (j->params_override > 0) {
         double f = j->params_override / dt_plan_model_params(&(dt_plan_job){ .model = j->model });
-        sp.psi *= f, sp.experts *= f, f32_only *= f, sp.unit_lp[0] *= f, sp.unit_lp[1] *= f;
+        sp.psi *= f, sp.experts *= f, f32_only *= f, sp.unit_lp[0] *= f, sp.unit_lp[1] *= f, sp.gathered *= f;
     }
     /* a stage without the head holds no BLAS panel of its weight gradient (the planner's process, which timed it,
      * does; nor does LoRA's, whose head is frozen); the first and last stages hold the tied wte's gradient on its way
@@ -250,7 +255,7 @@ static void stage_memory(const dt_plan_job *j, int s, int p, int v, const int *f
         wte = 0; /* the tied table is frozen: nothing travels between the first and last stage */
     }
     dt_plan_units on = dt_plan_stage_units(first, p, v, s);
-    estimate_rank(j, sp.psi, sp.psi + (j->ep > 1 ? j->ep - 1 : 0) * sp.experts, sp.tied, f32_only, sp.unit_lp, (double)adapters, acts, wte,
+    estimate_rank(j, sp.psi, sp.psi + (j->ep > 1 ? j->ep - 1 : 0) * sp.experts, sp.tied, f32_only, sp.unit_lp, sp.gathered, (double)adapters, acts, wte,
                   process, &on, one);
 }
 
