@@ -82,7 +82,9 @@ def measure(dtrain, data, flags, steps):
         load = [x["expert_rank_load_max_mean"] for x in (lines[2:] if len(lines) > 3 else lines) if "expert_rank_load_max_mean" in x]
         # and over every step, the most: the buffers grow to the most rows a step routed to a rank, and keep that room
         most = max((x["expert_rank_load_max_mean"] for x in lines if "expert_rank_load_max_mean" in x), default=None)
-        return (peak, statistics.median(ms[2:] if len(ms) > 3 else ms), others, statistics.median(load) if load else None, most), None
+        # the rows the busiest rank keeps over its layers, the most a step had (older builds: none, balanced)
+        rows = max((x.get("expert_rank_rows_max_mean", 1.0) for x in lines if "expert_rank_load_max_mean" in x), default=None)
+        return (peak, statistics.median(ms[2:] if len(ms) > 3 else ms), others, statistics.median(load) if load else None, most, rows), None
 
 
 def main():
@@ -119,9 +121,10 @@ def main():
                 q = run([a.dtrain, "plan", "--data", a.data, "--json", "--expert-load", "%.4f" % max(1.0, m[3])] + flags)
                 at_load = json.loads(q.stdout)["step_ms"] if q.returncode == 0 else None
                 # memory at the most any step routed (what the buffers grew to)
-                q = run([a.dtrain, "plan", "--data", a.data, "--json", "--expert-load", "%.4f" % max(1.0, m[4])] + flags)
+                q = run([a.dtrain, "plan", "--data", a.data, "--json", "--expert-load",
+                         "%.4f,%.4f" % (max(1.0, m[4]), max(1.0, m[5]))] + flags)
                 mem_at_load = json.loads(q.stdout)["total"] if q.returncode == 0 else None
-            got[r].append((plan["total"], plan["step_ms"], m[0], m[1], plan["breakdown"], m[2], m[3], at_load, m[4], mem_at_load))
+            got[r].append((plan["total"], plan["step_ms"], m[0], m[1], plan["breakdown"], m[2], m[3], at_load, m[4], mem_at_load, m[5]))
         print(f"# round {k + 1} of {a.rounds} done", file=sys.stderr, flush=True)
     out = []
     med = statistics.median
@@ -141,13 +144,15 @@ def main():
         loaded = [x for x in g if x[7] is not None]
         load_col = (f"{med(x[7] for x in loaded):.1f} ms at {med(x[6] for x in loaded):.3f}: "
                     f"{100*med((x[7] - x[3]) / x[3] for x in loaded):+.1f}%; {med(x[9] for x in loaded)/1e6:.1f} MB at the most, "
-                    f"{med(x[8] for x in loaded):.3f}: {100*med((x[9] - x[2]) / x[2] for x in loaded):+.1f}%") if loaded else ""
+                    f"{med(x[8] for x in loaded):.3f} (kept rows {med(x[10] for x in loaded):.3f}): "
+                    f"{100*med((x[9] - x[2]) / x[2] for x in loaded):+.1f}%") if loaded else ""
         out.append({"layout": r, "plan_bytes": pm, "peak_rss": mm, "plan_ms": pt, "ms": mt, "mem_err": em, "time_err": et,
                     "rounds": len(g), "ms_spread": spread, "per_round": [list(x[:4]) for x in g], "breakdown": g[-1][4], "others_cores": others,
                     "expert_rank_load": med(x[6] for x in loaded) if loaded else None,
                     "plan_ms_at_load": med(x[7] for x in loaded) if loaded else None,
                     "time_err_at_load": med((x[7] - x[3]) / x[3] for x in loaded) if loaded else None,
                     "expert_rank_load_most": med(x[8] for x in loaded) if loaded else None,
+                    "expert_rank_rows_most": med(x[10] for x in loaded) if loaded else None,
                     "mem_err_at_load": med((x[9] - x[2]) / x[2] for x in loaded) if loaded else None})
         print(f"| {r} | {pm/1e6:.1f} | {mm/1e6:.1f} | {100*em:+.1f}% | {pt:.1f} | {mt:.1f} | {100*et:+.1f}% | {100*spread:.1f}% | {others:.2f}{' DISTURBED' if others > undisturbed.LIMIT else ''} | {load_col} |",
               flush=True)

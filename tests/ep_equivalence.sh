@@ -152,6 +152,16 @@ d=$(paste <(field expert_rank_load_max_mean "$dir/ep4k2.jsonl") <(field expert_l
 n=$(field expert_rank_load_max_mean "$dir/ep4k2.jsonl" | wc -l)
 [ "$d" = 0 ] && [ "$n" = 20 ] && ok=1 || ok=0
 verdict $ok "EP 4, top-2 of 4: the ranks' load each step is the layers' average expert load ($n steps, $d differ; step 20: $(field expert_rank_load_max_mean "$dir/ep4k2.jsonl" | tail -1))"
+# the rows a rank keeps: its rows summed over the layers first, the busiest rank's over the mean: at least 1, at most
+# the per-layer load (every layer routes as many rows, dropless), and the per-layer load itself with one mixture
+d=$(paste <(field expert_rank_rows_max_mean "$dir/ep4k2.jsonl") <(field expert_rank_load_max_mean "$dir/ep4k2.jsonl") |
+    awk '$1 < 1 || $1 > $2 + 1e-9' | wc -l)
+n=$(field expert_rank_rows_max_mean "$dir/ep4k2.jsonl" | wc -l)
+run ep4one --batch 1 --nproc 4 --ep 4 --lr 1e-3 --layers 1
+e=$(paste <(field expert_rank_rows_max_mean "$dir/ep4one.jsonl") <(field expert_rank_load_max_mean "$dir/ep4one.jsonl") | awk '$1 != $2 || $1 <= 1' | wc -l)
+m=$(field expert_rank_rows_max_mean "$dir/ep4one.jsonl" | wc -l)
+[ "$d" = 0 ] && [ "$n" = 20 ] && [ "$e" = 0 ] && [ "$m" = 20 ] && ok=1 || ok=0
+verdict $ok "EP 4: the busiest rank's rows over its layers in 1 .. the load ($n steps, $d not; step 20: $(field expert_rank_rows_max_mean "$dir/ep4k2.jsonl" | tail -1)), the load itself with one layer ($m steps, $e not)"
 # a capacity: each source rank drops by its own micro-batch's choices, before any row moves, as DDP's ranks do. Under
 # SGD (lr 0.2, as above): AdamW's lr 1e-2 sent the choices to two of the four experts by step 9 (half of them dropped
 # at every step), so the lightest kept choice and the heaviest dropped one sat near a tie, and the last bit AdamW carries from EP's summation order flipped one

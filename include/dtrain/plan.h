@@ -44,6 +44,7 @@ typedef struct {
                               * states shard over the dp/ep ranks holding the same; each layer's tokens go to their experts' ranks
                               * and back (4 all-to-alls a layer and micro-batch, 6 recomputing) */
     double expert_load;      /* with ep: each layer's busiest rank's routed rows over the mean, the layers' average (0, 1: balanced) */
+    double expert_rows;      /* and the busiest rank's rows summed over its layers over the mean: the rows it keeps (0, 1: balanced) */
     int tp, sp;              /* tensor-parallel ranks (0, 1: none), sequence parallelism */
     int pp;                  /* pipeline stages (0, 1: none): the costliest stage's rank counts (dt_gpt2_split_stages) */
     int micro, gpipe, zb;    /* with pp: micro-batches per step; GPipe keeps all of them in flight, 1F1B at most p - stage,
@@ -186,6 +187,8 @@ int dt_plan_block_linears(const dt_plan_job *j, int l, int (*shape)[2], int max)
 /* Under expert parallelism the busiest rank's routed rows over the mean (the job's expert_load; 1: balanced, or no EP):
  * its experts' work, which its group waits for, and the buffers that grow to the rows routed there. */
 double dt_plan_ep_load(const dt_plan_job *j);
+/* And its rows summed over its layers over the mean (the job's expert_rows; 1: balanced): the routed rows it keeps. */
+double dt_plan_ep_rows(const dt_plan_job *j);
 /* Whether the model has GPT-2's block (LayerNorms with biases, learned positions): gpt2, or gpt2_moe's experts in its MLP. */
 bool dt_plan_gpt2_block(const dt_gpt2_config *c);
 /* A stage holding the n unit ranges [a[k], b[k]) on one TP rank: the activation bytes of one micro-batch in flight (batch

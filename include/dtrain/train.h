@@ -129,6 +129,7 @@ typedef struct {
     char **argv;
     double ties;          /* --search: layouts within this fraction of a group's fastest share its rank (--ties PCT) */
     double expert_load;   /* --expert-load X: with --ep, each layer's busiest rank's routed rows over the mean, averaged over the layers (0: 1, balanced) */
+    double expert_rows;   /* --expert-load X,K: K, the busiest rank's rows summed over its layers over the mean (0: 1, balanced) */
 } dt_plan_request;
 /* Prints the plan of c's job (or with search every layout of its ranks); an exit code (2: refused, said). */
 int dt_train_plan(const dt_train_config *c, const dt_plan_request *rq, FILE *out);

@@ -30,15 +30,17 @@ static void usage(FILE *f) {
             "  --device cuda[:N]  one NVIDIA GPU's plan, from the GPU: the bytes the run's pre-flight counts, and the step\n"
             "                     timed there at the job's batch with the model's 1 and 2 layers (the step is linear\n"
             "                     in them); one process (docs/gpu.md)\n"
-            "  --expert-load X    with --ep: each layer's busiest rank's routed rows over the mean, averaged over the\n"
+            "  --expert-load X[,K]  with --ep: each layer's busiest rank's routed rows over the mean, averaged over the\n"
             "                     layers (1, balanced, by default; a run's metrics say it: expert_rank_load_max_mean),\n"
-            "                     whose experts' work the step waits for and the exchange's buffers grow to\n");
+            "                     whose experts' work the step waits for and the exchange's buffers grow to; K: the\n"
+            "                     busiest rank's rows summed over its layers over the mean, which it keeps for backward\n"
+            "                     (1 by default; expert_rank_rows_max_mean)\n");
 }
 
 static const dt_cli_flag flags[] = {
     { "--hardware", "this, a100-40g, h100-80g or a JSON file" }, { "--params", "a parameter count above 0 (1.5e9, 7.5B)" },
     { "--nodes", "a whole number of machines from 1 to 65536" }, { "--ties", "a percentage from 0 to 100" },
-    { "--expert-load", "a number from 1 to 1000" }, { NULL, NULL },
+    { "--expert-load", "a number from 1 to 1000, or two joined by a comma (X,K)" }, { NULL, NULL },
 };
 
 /* "7.5B", "350M", "1.5e9" */
@@ -48,6 +50,17 @@ static int parse_count(const char *s, double *out) {
     double k = !*end ? 1 : !strcmp(end, "K") ? 1e3 : !strcmp(end, "M") ? 1e6 : !strcmp(end, "B") ? 1e9 : !strcmp(end, "T") ? 1e12 : 0;
     if (!(k > 0 && v > 0 && v * k < 1e16)) return 0;
     *out = v * k;
+    return 1;
+}
+
+/* --expert-load X or X,K, each from 1 to 1000 */
+static int expert_load(const char *v, dt_plan_request *rq) {
+    char x[64];
+    const char *comma = v ? strchr(v, ',') : NULL;
+    snprintf(x, sizeof x, "%.*s", comma ? (int)(comma - v) : 63, v ? v : "");
+    double a, b = 1;
+    if (!dt_cli_number(x, 1, 1000, &a) || (comma && !dt_cli_number(comma + 1, 1, 1000, &b))) return 0;
+    rq->expert_load = a, rq->expert_rows = b;
     return 1;
 }
 
@@ -68,7 +81,7 @@ int dt_cli_plan(int argc, char **argv) {
         else if (!strcmp(f, "--params")) ok = v && parse_count(v, &rq.params), i++;
         else if (!strcmp(f, "--ties")) ok = dt_cli_number(v, 0, 100, &x), rq.ties = x / 100, ties = 1, i++;
         else if (!strcmp(f, "--nodes")) ok = dt_cli_number(v, 1, 65536, &x) && x == (int)x, rq.nodes = (int)x, i++;
-        else if (!strcmp(f, "--expert-load")) ok = dt_cli_number(v, 1, 1000, &x), rq.expert_load = x, i++;
+        else if (!strcmp(f, "--expert-load")) ok = expert_load(v, &rq), i++;
         else { rest[n++] = argv[i]; continue; }
         if (!ok) { free(rest); return dt_cli_flag_error("plan", flags, f, v); }
     }

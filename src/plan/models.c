@@ -148,15 +148,15 @@ double dt_plan_rank_scratch(const dt_plan_job *j, int head, bool mixtures) {
 static double ep_slot_bytes(const dt_plan_job *j, int n, const int *a, const int *b, int batch, int seq) {
     dt_gpt2_config r = dt_lm_config_resolve(&j->model);
     /* expert parallelism keeps, on the experts' rank, every layer's rows routed there, their weights and gate|up products,
-     * recomputing or not: as many as its own tokens' choices, summed over its layers (the expert load is each layer's
-     * busiest rank, which moves from layer to layer: a rank's rows over several layers come out near the mean; a rank
-     * holding one mixture keeps that layer's, up to the load times these); the slot (counted without EP) keeps none of
-     * its own pairs' gate|up (each layer's, or recomputing the one block's) and its room for them runs no SwiGLU (the
-     * experts' rank runs it in its own buffers: dt_plan_rank_scratch) */
-    double pairs = j->ep > 1 && r.experts ? (double)batch * seq * r.experts_top_k : 0;
+     * recomputing or not: as many as its own tokens' choices, summed over its layers, times the busiest rank's rows
+     * summed so over the mean (the job's expert_rows: near 1 where the busiest rank moves from layer to layer, the
+     * expert load where one rank is the busiest at every layer); the slot (counted without EP) keeps none of its own
+     * pairs' gate|up (each layer's, or recomputing the one block's) and its room for them runs no SwiGLU (the experts'
+     * rank runs it in its own buffers: dt_plan_rank_scratch) */
+    double pairs = j->ep > 1 && r.experts ? (double)batch * seq * r.experts_top_k : 0, kept = dt_plan_ep_rows(j);
     int held = 0; /* (the mixtures among the blocks held) */
     for (int k = 0; pairs > 0 && k < n; k++) held += units_moe_layers(&r, a[k], b[k]);
-    return pairs > 0 ? 4.0 * pairs * (held * (r.channels + 1 + 2.0 * r.ffn) - (j->recompute ? 1 : held) * 2.0 * r.ffn - 4.0 * r.ffn) : 0;
+    return pairs > 0 ? 4.0 * pairs * (kept * held * (r.channels + 1 + 2.0 * r.ffn) - (j->recompute ? 1 : held) * 2.0 * r.ffn - 4.0 * r.ffn) : 0;
 }
 
 double dt_plan_slot_activations(const dt_plan_job *j, int n, const int *a, const int *b, int batch, int seq) {
@@ -200,6 +200,7 @@ int dt_plan_block_linears(const dt_plan_job *j, int l, int (*shape)[2], int max)
 }
 
 double dt_plan_ep_load(const dt_plan_job *j) { return j->ep > 1 && j->expert_load > 1 ? j->expert_load : 1; }
+double dt_plan_ep_rows(const dt_plan_job *j) { return j->ep > 1 && j->expert_rows > 1 ? j->expert_rows : 1; }
 
 /* GPT-2's block (LayerNorms with biases, learned positions), its MLP dense or a mixture of GELU experts */
 bool dt_plan_gpt2_block(const dt_gpt2_config *c) {

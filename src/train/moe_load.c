@@ -12,10 +12,11 @@
  * (the experts held contiguously, E/P a rank: the group's exchange of that layer waits for that rank), averaged over
  * the layers this rank holds; the worst group's (1: even). From this rank's choices (mine, L x E), summed over its
  * group. A load summed over the layers first would hide a rank busiest at one layer and idle at the next, which the
- * step waits for at both. */
+ * step waits for at both; summed so it is what a rank keeps of its layers' routed rows for backward, the busiest
+ * rank's over the mean (moe_rank_rows: at most the first where every layer routes as many rows). */
 static dt_status rank_load(run *r, const double *mine, int L, int E) {
     int P = dt_comm_size(r->ep), El = E / P;
-    double *group = calloc((size_t)L * E, sizeof(double)), sum = 0, ratio = 0;
+    double *group = calloc((size_t)L * E + (size_t)P, sizeof(double)), *kept = group + (size_t)L * E, sum = 0, ratio[2] = { 0 };
     int layers = 0;
     dt_status st = group ? dt_comm_allreduce(r->ep, mine, group, (size_t)L * E, DT_F64, DT_SUM) : dt_error(DT_ERR_NOMEM, "out of memory");
     for (int l = 0; !st && l < L; l++) {
@@ -23,13 +24,16 @@ static dt_status rank_load(run *r, const double *mine, int L, int E) {
         for (int d = 0; d < P; d++) {
             double rows = 0;
             for (int e = d * El; e < (d + 1) * El; e++) rows += group[(size_t)l * E + e];
-            total += rows, most = rows > most ? rows : most;
+            total += rows, most = rows > most ? rows : most, kept[d] += rows;
         }
         if (total > 0) sum += most / (total / P), layers++;
     }
-    double m = layers ? sum / layers : 0;
-    if (!st) st = dt_comm_allreduce(r->w, &m, &ratio, 1, DT_F64, DT_MAX);
-    r->moe_rank_load = st ? 0 : ratio;
+    double all = 0, most = 0;
+    for (int d = 0; !st && d < P; d++) all += kept[d], most = kept[d] > most ? kept[d] : most;
+    double m[2] = { layers ? sum / layers : 0, all > 0 ? most / (all / P) : 0 };
+    if (!st) st = dt_comm_allreduce(r->w, m, ratio, 2, DT_F64, DT_MAX);
+    r->moe_rank_load = st ? 0 : ratio[0];
+    r->moe_rank_rows = st ? 0 : ratio[1];
     free(group);
     return st;
 }

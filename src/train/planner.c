@@ -105,7 +105,7 @@ static dt_status plan_one(const dt_train_config *c, const dt_plan_request *rq, c
     r->nodes = nodes;
     dt_train_plan_job(c, cfg, &d, &r->job);
     r->job.params_override = rq->params;
-    r->job.expert_load = rq->expert_load;
+    r->job.expert_load = rq->expert_load, r->job.expert_rows = rq->expert_rows;
     r->job.paper_states = rq->params > 0 || !h->shared_memory;
     r->job.paper_acts = !h->shared_memory;
     /* the threads a run from this shell takes (train.c: --threads, else OMP_NUM_THREADS, else its share of the cores) */

@@ -62,6 +62,7 @@ typedef struct {
     double moe_dropped;       /* and the share of its choices a capacity dropped (below 0: dropless) */
     double moe_ep_bytes;      /* and the bytes expert parallelism's exchanges sent between ranks, all ranks' */
     double moe_rank_load;     /* and the rows the busiest rank of an expert-parallel group ran over the group's mean */
+    double moe_rank_rows;     /* and its rows summed over its layers first (what the experts' rank keeps for backward) */
     double moe_term[DT_MOE_TERMS]; /* and the balancing losses' means over its micro-batches (dt_program_moe_terms'; -1: off) */
     dt_grpo_run *grpo;        /* --grpo: the rollouts, the reward, the reference (grpo_run.c) */
     dt_grpo_step_stats grpo_step; /* the last step's (metrics, progress) */

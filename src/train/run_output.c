@@ -113,7 +113,9 @@ void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s,
     for (int i = 0; r->moe_worst > 0 && i < DT_MOE_TERMS; i++) /* each balancing loss on, before its coefficient */
         if (r->moe_term[i] >= 0) json_num(f, moe_terms[i], "%.6f", r->moe_term[i]);
     if (eval) val_load_json(f, r);
-    if (r->ep) fprintf(f, ",\"expert_exchange_bytes\":%.0f,\"expert_rank_load_max_mean\":%.4f", r->moe_ep_bytes, r->moe_rank_load);
+    if (r->ep)
+        fprintf(f, ",\"expert_exchange_bytes\":%.0f,\"expert_rank_load_max_mean\":%.4f,\"expert_rank_rows_max_mean\":%.4f", r->moe_ep_bytes,
+                r->moe_rank_load, r->moe_rank_rows);
     if (r->dpo && eval) json_num(f, "val_reward_accuracy", "%.4f", r->dpo_val[0]), json_num(f, "val_reward_margin", "%.6f", r->dpo_val[1]);
     if (s->skipped) fprintf(f, ",\"skipped\":true");
     if (dt_engine_loss_scale(r->e)) fprintf(f, ",\"loss_scale\":%.17g", s->loss_scale);
