@@ -147,6 +147,18 @@ plan_refused "heads over --tp 3 (train's words: $msg)" "$msg" "${common[@]}" --n
 plan_refused "a mesh that is not the ranks" "but the job has 4 ranks" "${common[@]}" --nproc 4 --dp 3
 plan_refused "more stages than units" "more stages than the model's 4 units" "${common[@]}" --nproc 5 --pp 5
 plan_refused "an unknown model" "not a model the planner knows" --model llama9
+# an expert load from a run: the busiest rank's per-layer load lengthens the step and grows the exchange's buffers; its
+# rows summed over the layers (K) grow only the rows it keeps
+pj() { "$DTRAIN" plan "${moe[@]}" --nproc 2 --json "$@" | python3 -c "import json,sys; o=json.load(sys.stdin); print('%.0f %.3f' % (o['total'], o['step_ms']))"; }
+read -r m0 t0 <<< "$(pj)"; read -r m1 t1 <<< "$(pj --expert-load 1.6)"; read -r m2 t2 <<< "$(pj --expert-load 1.6,1.6)"
+read -r m3 t3 <<< "$(pj --expert-load 1,1.6)"
+awk -v m0="$m0" -v m1="$m1" -v m2="$m2" -v m3="$m3" -v t0="$t0" -v t1="$t1" -v t2="$t2" -v t3="$t3" \
+    'function same(a, b) { return a - b <= 1e-6 * b && b - a <= 1e-6 * b }
+     BEGIN{exit !(m1 > m0 && t1 > t0 && m2 > m1 && same(t2, t1) && m3 > m0 && same(t3, t0))}' &&
+    ok "--expert-load: 1.6 plans $m1 bytes and $t1 ms against balanced $m0 and $t0; 1.6,1.6 keeps more ($m2 bytes, $t2 ms); 1,1.6 $m3 and $t3" ||
+    fail "--expert-load: balanced $m0 $t0, 1.6 $m1 $t1, 1.6,1.6 $m2 $t2, 1,1.6 $m3 $t3"
+plan_refused "an expert load under 1" "--expert-load 0.5" "${moe[@]}" --nproc 2 --expert-load 0.5
+plan_refused "an expert load's rows under 1" "--expert-load 1.5,0.9" "${moe[@]}" --nproc 2 --expert-load 1.5,0.9
 plan_refused "an unknown hardware" "not a preset (this, a100-40g, h100-80g)" --hardware tpu9
 printf '{"memory_gb": 80, "devices_per_node": 8, "tflops_f32": 60, "tflops_bf16": 900, "memory_bandwidth_gbs": 3000,
  "intra_node_latency_us": 5, "intra_node_bandwidth_gbs": 450, "inter_node_latency_us": 10}' > "$dir/hw1.json"
