@@ -69,7 +69,7 @@ static double layer_ew(const dt_plan_job *j, const dt_gpt2_config *r, double F, 
 
 /* One micro-batch's forward and backward through units [a, b) on one rank. */
 static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double tokens, double T, double rmm, double rhead, double rmoe,
-                                double ratt, double bw, double hloss) {
+                                double load, double ratt, double bw, double hloss) {
     const dt_gpt2_config *c = &j->model;
     dt_gpt2_config r = dt_lm_config_resolve(c);
     double tp = j->tp > 1 ? j->tp : 1, C = c->channels, F = r.ffn, V = c->padded_vocab_size / tp;
@@ -97,8 +97,7 @@ static stage_cost stage_compute(const dt_plan_job *j, int a, int b, double token
         if (moe && r.experts) { /* a mixture of experts: each token's k experts (gate, up, down; GELU's up, down) at their rows' rate,
                                  * the router, a shared expert */
             double K = r.experts_top_k, E = r.experts, Fs = r.shared_ffn, xa = dt_family_moe_gated(r.family) ? 3 : 2;
-            /* under EP the busiest rank runs expert_load times the mean rows, and its group waits for it */
-            double load = dt_plan_ep_load(j);
+            /* under EP the busiest rank runs load times the mean rows (step_rates), and its group waits for it */
             s.mm += n * 2 * tokens * (xa * K * F * C * lin * load / rmoe + (3 * Fs / tp * C * lin + E * C * passes) / rmm);
             /* in place of the dense MLP's activation (GPT-2's GELU, Llama's SwiGLU): the pairs' (and the shared expert's), the
              * pairs' inputs gathered and outputs combined, the router's softmax and choice */
@@ -153,7 +152,7 @@ typedef struct {
 } step_ctx;
 
 /* The rates: the threads, their slowdowns beside the other ranks, the Linears', the experts', the head's and attention's. */
-typedef struct { double rmm, rmoe, rhead, hloss, ratt; } step_rates;
+typedef struct { double rmm, rmoe, rhead, hloss, ratt, load; } step_rates;
 
 static step_rates rates(step_ctx *x, dt_plan_time *o) {
     const dt_plan_job *j = x->j, *job = x->job;
@@ -187,6 +186,11 @@ static step_rates rates(step_ctx *x, dt_plan_time *o) {
     dt_lm_config rc = dt_lm_config_resolve(c); /* an expert's rows: its share of the tokens' choices (balanced) */
     /* under EP an expert's rows come from the ep ranks routing to it */
     r.rmoe = rc.experts ? gemm_rate(j, h, o->threads, fmax(1, x->ep * tokens * rc.experts_top_k / rc.experts), rc.ffn, C) / slow : r.rmm;
+    /* the busiest EP rank's rows over the mean, as the step waits for them: with more ranks than cores the ranks waiting
+     * for it give it their cores, so it runs its load times the mean on a core of its own while the cores' share of
+     * every rank's work takes `oversubscribed` times it: the larger of the two (4 ranks of DP 2 x EP 2 on 2 cores at a
+     * load of 1.59 ran the balanced plan's step, -0.5%, where the load times the oversubscribed step said +35.8%) */
+    r.load = fmax(1, dt_plan_ep_load(j) / o->oversubscribed);
     size_t before = dt_resident_memory();
     r.rhead = gemm_rate(j, h, o->threads, htok, hrows, C) / slow;
     /* the 16-bit head's loss and narrowing, timed here as it runs (one rank's vocabulary slice, its loss as one process's) */
@@ -235,7 +239,7 @@ static void stages(step_ctx *x, const step_rates *r) {
         double sp = 0, se = 0;
         for (int k = 0; k < v; k++) {
             int a = x->first[k * p + s], b = x->first[k * p + s + 1];
-            stage_cost y = stage_compute(j, a, b, x->tokens, x->job->seq, r->rmm, r->rhead, r->rmoe, r->ratt, x->bw, r->hloss);
+            stage_cost y = stage_compute(j, a, b, x->tokens, x->job->seq, r->rmm, r->rhead, r->rmoe, r->load, r->ratt, x->bw, r->hloss);
             sc.mm += y.mm, sc.att += y.att, sc.ew += y.ew, sc.fwd_share = y.fwd_share;
             sp += dt_plan_units_params(j, a, b);
             se += dt_plan_units_expert_params(j, a, b);
