@@ -88,6 +88,34 @@ QWEN25_PROMPTS = [
      {"role": "assistant", "content": "4."}, {"role": "user", "content": "And 3 + 3?"}],
     [{"role": "user", "content": "Say yes."}, {"role": "assistant", "content": "Yes."}],
 ]
+# Tool calls (Qwen 2.5's and Qwen 3's templates write the tools in their system turn, an answer's calls as <tool_call>
+# JSON and the tools' results as <tool_response> in a user turn): the tools as OpenAI's API gives them (a schema with
+# a nested object, an enum, numbers, a false, control characters and text beyond ASCII: what tojson writes), a call's
+# arguments an object as HF takes them
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city, now.",
+                                      "parameters": {"type": "object", "properties": {
+                                          "city": {"type": "string", "description": "The city, e.g. \"Zürich\""},
+                                          "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                                          "required": ["city"]}}},
+    {"type": "function", "function": {"name": "add", "description": "a + b\n\tof two numbers \u0001 (\u2265 0)",
+                                      "parameters": {"type": "object", "properties": {
+                                          "a": {"type": "number", "default": 0.5},
+                                          "b": {"type": "number", "minimum": 1e-05, "maximum": 12345678.9}},
+                                          "required": ["a", "b"], "additionalProperties": False}}},
+]
+TOOL_PROMPTS = [
+    {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS},
+    {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris and 2 + 3?"},
+                  {"role": "assistant", "content": "",
+                   "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}},
+                                  {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}]},
+                  {"role": "tool", "content": "{\"temp\": 18}"}, {"role": "tool", "content": "5"}], "tools": TOOLS},
+    {"messages": [{"role": "user", "content": "2 + 3?"},
+                  {"role": "assistant", "content": "Let me add.", "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}]},
+                  {"role": "tool", "content": "5"}, {"role": "assistant", "content": "5."}, {"role": "user", "content": "Thanks."}],
+     "tools": TOOLS},
+]
 # Qwen2-Instruct's and SmolLM2-Instruct's templates (their tokenizer_config.json's chat_template): ChatML, a system
 # turn where the chat has none; trained (TRL has no training form) by ChatML's generation-marked form with that turn
 CHATML_WITH_SYSTEM = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
@@ -216,9 +244,12 @@ def template_case(folder, out, name, chats, prompts, template=None, training=Non
     tok.chat_template = template
     cases = []
     for m in prompts:
+        tools = m.get("tools") if isinstance(m, dict) else None
+        m = m["messages"] if isinstance(m, dict) else m
         for think in (True, False):
             for date in dates:
                 kw = {"date_string": date} if date else {}
+                kw.update({"tools": tools} if tools else {})
                 ids = tok.apply_chat_template(m, tokenize=True, return_dict=True, add_generation_prompt=True, enable_thinking=think, **kw)
                 cases.append(dict(messages=m, enable_thinking=think, **kw, ids=list(ids["input_ids"]),
                                   text=tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True, enable_thinking=think, **kw)))
@@ -236,8 +267,8 @@ def template_cases(folder, names):
     t.add_special_tokens([AddedToken("<|start_header_id|>", special=True), AddedToken("<|end_header_id|>", special=True)])
     t.save(os.path.join(OUT, "llama3_tokenizer.json"))
     cases = {
-        "qwen3": lambda: template_case(folder, OUT, "qwen3", QWEN3_CHATS, QWEN3_PROMPTS),
-        "qwen2_5": lambda: template_case(folder, OUT, "qwen2_5", QWEN25_CHATS, QWEN25_PROMPTS),
+        "qwen3": lambda: template_case(folder, OUT, "qwen3", QWEN3_CHATS, QWEN3_PROMPTS + TOOL_PROMPTS),
+        "qwen2_5": lambda: template_case(folder, OUT, "qwen2_5", QWEN25_CHATS, QWEN25_PROMPTS + TOOL_PROMPTS),
         "llama3": lambda: template_case(folder, OUT, "llama3", LLAMA_CHATS, LLAMA_PROMPTS, **llama),
         "llama3_1": lambda: template_case(folder, OUT, "llama3_1", LLAMA_CHATS, LLAMA_PROMPTS, training=LLAMA31_TRAINING,
                                           dates=(None, "01 Jan 2025"), **llama),

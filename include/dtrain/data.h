@@ -90,11 +90,12 @@ dt_status dt_chat_kind_of_template(const char *jinja, const char *where, dt_chat
  * the system turn's text written where a chat has none (NULL: none); the text every system turn opens with (Llama
  * 3.1's, printf's %s: the date; NULL: none) and whether the server's date is today's (Llama 3.2's); whether a content
  * is trimmed; whether training scores what follows an answer's end (TRL's training forms of Qwen's templates do), and
- * the newline that ends an answer's head (Qwen 2.5's). */
+ * the newline that ends an answer's head (Qwen 2.5's); whether it renders tool calls (Qwen 2.5's and 3's: the tools in
+ * its system turn, an answer's calls as <tool_call> JSON, the tools' results as <tool_response> in a user turn). */
 typedef struct {
     const char *kind, *name;
     const char *begin, *head, *end, *after, *no_think, *default_system, *preamble;
-    int today, trim, after_scored, head_nl_scored;
+    int today, trim, after_scored, head_nl_scored, tools;
 } dt_chat_template;
 const dt_chat_template *dt_chat_template_of(dt_chat_kind k);
 /* A message's content as the template writes it ([*start, *start + *n) of c). */
@@ -120,19 +121,26 @@ void dt_chat_today(char buf[32]);
 struct cJSON;
 /* What a generation prompt may be asked (chat_template_kwargs, as vLLM's server and TRL take them): whether a thinking
  * model thinks (Qwen 3's enable_thinking, true unless said) and the date a dated system turn names (Llama 3.1's
- * date_string; NULL: the template's own, which training writes; the server gives Llama 3.2's today's). */
+ * date_string; NULL: the template's own, which training writes; the server gives Llama 3.2's today's); and the tools
+ * a model may call (a request's "tools", OpenAI's {"type": "function", "function": {...}} objects; NULL: none). */
 typedef struct {
     bool thinking;
     const char *date;
+    const struct cJSON *tools;
 } dt_chat_kwargs;
-/* A chat's messages ({"role": system, developer, user or assistant, "content": a text or text parts}; an assistant's
- * reasoning_content) as the prompt a model answers, by template t (data/chat_prompt.c): its beginning, its own system
- * turn, each message, the assistant's head last; into *out (the caller frees), *len its bytes. Bad messages are refused
- * naming the message. */
+/* A chat's messages ({"role": system, developer, user, assistant or tool, "content": a text or text parts}; an
+ * assistant's reasoning_content and tool_calls, OpenAI's {"function": {"name", "arguments"}} with the arguments an
+ * object or its JSON text, written as an object as vLLM passes them) as the prompt a model answers, by template t
+ * (data/chat_prompt.c): its beginning, its own system turn (with the tools, where t renders them), each message, the
+ * assistant's head last; into *out (the caller frees), *len its bytes. Bad messages are refused naming the message;
+ * tools, a tool's message or an answer's calls where t renders none are refused. */
 dt_status dt_chat_prompt(const dt_chat_template *t, const struct cJSON *messages, const dt_chat_kwargs *kw, char **out, size_t *len);
 /* chat_template_kwargs o (an object; NULL or null: none) into *kw: enable_thinking (true or false) and date_string (a
  * text of at most 63 bytes, kw->date pointing into o); anything else is an error saying what it holds. */
 dt_status dt_chat_kwargs_read(const struct cJSON *o, dt_chat_kwargs *kw);
+/* A JSON value as a template's tojson writes it (Python's json.dumps: ", " and ": " between, text beyond ASCII as it
+ * is), appended to a growing text as dt_chat_append (data/chat_tojson.c). */
+dt_status dt_chat_tojson(const struct cJSON *v, char **buf, size_t *len, size_t *cap);
 /* A message's content as one text (a string, or {"type": "text", "text"} parts joined; message i, for the error)
  * appended to a growing text (*buf of *len bytes, room for *cap, NUL-terminated), and any bytes so. */
 dt_status dt_chat_message_text(const struct cJSON *content, int i, char **buf, size_t *len, size_t *cap);

@@ -97,8 +97,10 @@ static enum MHD_Result abort_upload(serve_http *h, struct MHD_Connection *c, uns
 static const char *finish_reason(const serve_job *j) { return j->why == DT_FINISH_STOP ? "stop" : "length"; }
 
 /* A choice's text: a completion's "text"; a chat's "message" (whole) or "delta" (a streamed chunk; the first also
- * names the role, the last is empty), with a thinking model's reasoning_content where it has one (NULL: none). */
-static void choice_text(cJSON *ch, bool chat, bool whole, bool first, const char *text, const char *reasoning) {
+ * names the role, the last is empty), with a thinking model's reasoning_content where it has one (NULL: none), and a
+ * whole message's tool_calls where it makes them (calls, taken; its content then what came before them, null where
+ * nothing did, as vLLM answers). */
+static void choice_text(cJSON *ch, bool chat, bool whole, bool first, const char *text, const char *reasoning, cJSON *calls) {
     if (!chat) {
         cJSON_AddStringToObject(ch, "text", text);
         return;
@@ -106,15 +108,19 @@ static void choice_text(cJSON *ch, bool chat, bool whole, bool first, const char
     cJSON *m = cJSON_AddObjectToObject(ch, whole ? "message" : "delta");
     if (whole || first) cJSON_AddStringToObject(m, "role", "assistant");
     if (reasoning) cJSON_AddStringToObject(m, "reasoning_content", reasoning);
-    if (whole || *text || (first && !reasoning)) cJSON_AddStringToObject(m, "content", text);
+    if (calls && !*text) cJSON_AddNullToObject(m, "content");
+    else if (whole || *text || (first && !reasoning)) cJSON_AddStringToObject(m, "content", text);
+    if (calls) cJSON_AddItemToObject(m, "tool_calls", calls);
 }
 
 /* A completion object (a chat's: chat.completion, streamed as chat.completion.chunk): the whole one (usage
  * included) or a streamed chunk of text (and of reasoning: rn bytes at reasoning, NULL: none). */
 static char *completion_json(conn_state *cs, const char *text, size_t n, const char *reasoning, size_t rn, const char *reason, bool usage) {
     size_t m;
-    char *clean = dt_utf8_clean(text, n, &m), *rclean = reasoning ? dt_utf8_clean(reasoning, rn, &m) : NULL;
     bool chat = cs->job->p.chat, whole = !cs->job->p.stream;
+    cJSON *calls = chat && whole && cs->job->p.tools ? serve_tool_calls(text, n, cs->id, &n) : NULL;
+    if (calls) reason = "tool_calls";
+    char *clean = dt_utf8_clean(text, n, &m), *rclean = reasoning ? dt_utf8_clean(reasoning, rn, &m) : NULL;
     cJSON *o = cJSON_CreateObject(), *choices, *ch;
     char id[40];
     snprintf(id, sizeof id, "%s-%ld", chat ? "chatcmpl" : "cmpl", cs->id);
@@ -126,7 +132,7 @@ static char *completion_json(conn_state *cs, const char *text, size_t n, const c
     ch = cJSON_CreateObject();
     cJSON_AddItemToArray(choices, ch);
     cJSON_AddNumberToObject(ch, "index", 0);
-    choice_text(ch, chat, whole, cs->chunks++ == 0, clean ? clean : "", reasoning ? rclean ? rclean : "" : NULL);
+    choice_text(ch, chat, whole, cs->chunks++ == 0, clean ? clean : "", reasoning ? rclean ? rclean : "" : NULL, calls);
     cJSON_AddNullToObject(ch, "logprobs");
     if (reason) cJSON_AddStringToObject(ch, "finish_reason", reason);
     else cJSON_AddNullToObject(ch, "finish_reason");

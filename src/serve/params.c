@@ -112,12 +112,33 @@ static dt_status read_template_kwargs(const cJSON *o, dt_chat_kwargs *kw, const 
     return bad(param, "chat_template_kwargs", "'%s' %s", dt_last_error()); /* (dt_error formats before it writes) */
 }
 
+/* tools (OpenAI's {"type": "function", "function": {...}} objects) for a template that renders them, and tool_choice:
+ * "auto" (their default) or "none" (the tools left out of the prompt, as vLLM's --exclude-tools-when-tool-choice-none
+ * does). The calls are read from the whole answer: a stream with tools is refused. */
+static dt_status read_tools(const cJSON *o, const serve_vocab *v, serve_params *p, dt_chat_kwargs *kw, const char **param) {
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools"), *choice = cJSON_GetObjectItemCaseSensitive(o, "tool_choice");
+    const dt_chat_template *t = dt_chat_template_of(v->chat);
+    if (!tools || cJSON_IsNull(tools)) return DT_OK;
+    if (!cJSON_IsArray(tools)) return bad(param, "tools", "'%s' must be an array of {\"type\": \"function\", \"function\"} objects%s", "");
+    if (choice && !cJSON_IsNull(choice) && !(cJSON_IsString(choice) && (!strcmp(choice->valuestring, "auto") || !strcmp(choice->valuestring, "none"))))
+        return bad(param, "tool_choice", "'%s' is not supported by this server%s", " (auto or none)");
+    if (cJSON_GetArraySize(tools) == 0 || (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none"))) return DT_OK;
+    if (!t || !t->tools)
+        return bad(param, "tools", "'%s': this model's chat template (%s) renders no tool calls in this build (Qwen 2.5's and Qwen 3's do)",
+                   t ? t->name : "dtrain's plain one");
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "stream")))
+        return bad(param, "stream", "'%s' with tools is not supported by this server%s", " (the calls are read from the whole answer)");
+    kw->tools = tools, p->tools = true;
+    return DT_OK;
+}
+
 /* A chat request's messages, rendered and encoded as its prompt; its answer also stops at the next turn. */
 static dt_status read_messages(const cJSON *o, const serve_vocab *v, serve_params *p, const char **param) {
     char *text;
     size_t n;
     dt_chat_kwargs kw;
     dt_status st = read_template_kwargs(o, &kw, param);
+    if (!st) st = read_tools(o, v, p, &kw, param);
     if (st) return st;
     *param = "messages";
     st = serve_chat_prompt(cJSON_GetObjectItemCaseSensitive(o, "messages"), v->chat, &kw, &text, &n);

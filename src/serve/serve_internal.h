@@ -36,6 +36,7 @@ typedef struct {
     int nstop;
     bool stream, echo;
     bool chat;           /* /v1/chat/completions: messages in, a chat.completion out */
+    bool tools;          /* with tools the model may call (tool_choice auto): its answer's tool calls read (tool_calls.c) */
 } serve_params;
 void serve_params_free(serve_params *p);
 /* Parses and checks a /v1/completions body (chat: a /v1/chat/completions one) against the model's context and
@@ -46,6 +47,9 @@ dt_status serve_params_parse(const char *body, size_t len, const serve_vocab *v,
  * *out). */
 struct cJSON;
 dt_status serve_chat_prompt(const struct cJSON *messages, dt_chat_kind chat, const dt_chat_kwargs *kw, char **out, size_t *len);
+/* An answer's (n bytes of text) tool calls in Qwen's form, as OpenAI's tool_calls (ids call_<id>_<k>; the caller
+ * deletes it), *content the bytes before them; NULL (and *content n) where it makes none. */
+struct cJSON *serve_tool_calls(const char *text, size_t n, long id, size_t *content);
 /* A thinking model's answer split (reasoning.c): its reasoning [r0, r1) (thinks: it opened with <think>) and its
  * content from c0; the first settled bytes are known (final: the answer is whole; before that a stream holds back what
  * could still be a marker). */

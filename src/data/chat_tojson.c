@@ -1,0 +1,57 @@
+/* A JSON value as a chat template's tojson writes it (transformers' filter: Python's json.dumps with ensure_ascii off,
+ * its default separators ", " and ": ", the keys in their order), so that a prompt holding a tool's schema or a call's
+ * arguments is the template's byte for byte. Numbers: whole ones as integers, others by the shortest digits that read
+ * back (Python's repr); a whole number written 1.0 in the request comes out 1 (cJSON keeps no such difference). */
+#include "dtrain/data.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static dt_status put(char **buf, size_t *len, size_t *cap, const char *s) { return dt_chat_append(buf, len, cap, s, strlen(s)); }
+
+/* A string as json.dumps(ensure_ascii=False): quotes, backslashes and control characters escaped, the rest as it is. */
+static dt_status put_string(char **buf, size_t *len, size_t *cap, const char *s) {
+    dt_status st = put(buf, len, cap, "\"");
+    for (const char *p = s; !st && *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        char e[8] = { (char)c, 0 };
+        if (c == '"' || c == '\\') snprintf(e, sizeof e, "\\%c", c);
+        else if (c == '\n') snprintf(e, sizeof e, "\\n");
+        else if (c == '\r') snprintf(e, sizeof e, "\\r");
+        else if (c == '\t') snprintf(e, sizeof e, "\\t");
+        else if (c == '\b') snprintf(e, sizeof e, "\\b");
+        else if (c == '\f') snprintf(e, sizeof e, "\\f");
+        else if (c < 0x20) snprintf(e, sizeof e, "\\u%04x", c);
+        st = put(buf, len, cap, e);
+    }
+    return st ? st : put(buf, len, cap, "\"");
+}
+
+static dt_status put_number(char **buf, size_t *len, size_t *cap, double v) {
+    char s[40];
+    if (v == floor(v) && fabs(v) < 1e18) snprintf(s, sizeof s, "%.0f", v);
+    else
+        for (int p = 1; p <= 17; p++) /* the shortest that reads back */
+            if (snprintf(s, sizeof s, "%.*g", p, v), strtod(s, NULL) == v) break;
+    return put(buf, len, cap, s);
+}
+
+dt_status dt_chat_tojson(const cJSON *v, char **buf, size_t *len, size_t *cap) {
+    if (cJSON_IsString(v)) return put_string(buf, len, cap, v->valuestring);
+    if (cJSON_IsNumber(v)) return put_number(buf, len, cap, v->valuedouble);
+    if (cJSON_IsBool(v)) return put(buf, len, cap, cJSON_IsTrue(v) ? "true" : "false");
+    if (cJSON_IsNull(v)) return put(buf, len, cap, "null");
+    bool object = cJSON_IsObject(v);
+    if (!object && !cJSON_IsArray(v)) return dt_error(DT_ERR_ARG, "not a JSON value");
+    dt_status st = put(buf, len, cap, object ? "{" : "[");
+    for (const cJSON *c = v->child; !st && c; c = c->next) {
+        if (c != v->child) st = put(buf, len, cap, ", ");
+        if (!st && object) st = put_string(buf, len, cap, c->string);
+        if (!st && object) st = put(buf, len, cap, ": ");
+        if (!st) st = dt_chat_tojson(c, buf, len, cap);
+    }
+    return st ? st : put(buf, len, cap, object ? "}" : "]");
+}
