@@ -313,10 +313,11 @@ if start ctx "$dir/byte.bin" --threads $T --context 16; then
     wait $spid 2> /dev/null
 fi
 
-# ---- a model whose tokenizer_config.json has a chat template (ChatML): chats by it, the answer ending at <|im_end|> ----
+# ---- a model whose tokenizer_config.json has a chat template (ChatML): chats by it, the answer ending at <|im_end|> (its
+# context 1024 tokens: room for a prompt with tools) ----
 mkdir -p "$dir/chatml"
 "$DTRAIN" train --model llama-tiny --data "$dir/train.bin" --layers 2 --channels 64 --heads 4 --kv-heads 2 --ffn 160 --vocab 2048 \
-    --max-seq 64 --seq 64 --batch 4 --steps 1 --lr 1e-30 --threads $T --quiet --save "$dir/chatml_ck" > /dev/null 2>&1 &&
+    --max-seq 1024 --seq 64 --batch 4 --steps 1 --lr 1e-30 --threads $T --quiet --save "$dir/chatml_ck" > /dev/null 2>&1 &&
     "$DTRAIN" ckpt export "$dir/chatml_ck" "$dir/chatml" > /dev/null 2>&1 && cp "$FIX/sft/tokenizer.json" "$FIX/sft/tokenizer_config.json" "$dir/chatml/" ||
     fail "making the ChatML model folder"
 if start chatml "$dir/chatml" --threads 1 --slots 2; then
@@ -330,6 +331,9 @@ if start chatml "$dir/chatml" --threads 1 --slots 2; then
     pb=$(echo "$want" | python3 -c 'import json,sys; c=json.load(sys.stdin); print(c["usage"]["prompt_tokens"], c["choices"][0]["text"])')
     [ -n "$pa" ] && [ "$pa" = "$pb" ] && ok "/v1/chat/completions by ChatML: the completion of the template's text ($pa tokens in, then the answer)" ||
         fail "ChatML chat '$pa' against the template's completion '$pb': $chat"
+    r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}]}')
+    echo "$r" | grep -q "'tools': this model's chat template (ChatML) renders no tool calls" && [ "${r##* }" = 400 ] &&
+        ok "tools for a ChatML model: 400 naming its template" || fail "tools for ChatML: $r"
     kill -TERM $spid; wait $spid
 fi
 # ---- the same model with Qwen 3's template (tests/fixtures/sft/qwen3_prompts.json holds it): chats by it, thinking off
@@ -357,6 +361,24 @@ print(r, t, end="")')
     [ -n "$pa" ] && [ "$pa" = "$pb" ] && [ "$streamed" = "0 ${pa#* False }" ] &&
         ok "/v1/chat/completions by Qwen 3's template, thinking off: the completion of its text, no reasoning, streamed alike ($pa)" ||
         fail "Qwen 3 chat '$pa' (streamed '$streamed') against the template's completion '$pb': $chat"
+    # with tools: the prompt the template's with them (the fixture's last case: an earlier call and its results), the
+    # answer the completion of its text (this model calls nothing: content, no tool_calls)
+    python3 -c 'import json, sys; c = json.load(open(sys.argv[1]))["cases"][-1]; print(json.dumps({"messages": c["messages"], "tools": c["tools"],
+        "max_tokens": 8, "temperature": 0, "chat_template_kwargs": {"enable_thinking": c["enable_thinking"]}})); print(json.dumps({"prompt": c["text"],
+        "max_tokens": 8, "temperature": 0, "stop": "<|im_end|>"}))' "$FIX/sft/qwen3_prompts.json" > "$dir/tools.json"
+    chat=$(curl -s "http://127.0.0.1:$port/v1/chat/completions" -d "$(sed -n 1p "$dir/tools.json")")
+    want=$(post "$(sed -n 2p "$dir/tools.json")")
+    pa=$(echo "$chat" | python3 -c 'import json,sys; c=json.load(sys.stdin); m=c["choices"][0]["message"]; print(c["usage"]["prompt_tokens"], "tool_calls" in m, m["content"])')
+    pb=$(echo "$want" | python3 -c 'import json,sys; c=json.load(sys.stdin); print(c["usage"]["prompt_tokens"], False, c["choices"][0]["text"])')
+    [ -n "$pa" ] && [ "$pa" = "$pb" ] && [ "${pa%% *}" -gt 200 ] &&
+        ok "/v1/chat/completions with tools by Qwen 3's template: the completion of its text with them ($pa)" ||
+        fail "Qwen 3 chat with tools '$pa' against the template's completion '$pb': $chat"
+    tools='"tools":[{"type":"function","function":{"name":"f"}}]'
+    r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],$tools,\"stream\":true}")
+    echo "$r" | grep -q "'stream' with tools is not supported" && [ "${r##* }" = 400 ] && ok "a stream with tools: 400 naming it" || fail "stream with tools: $r"
+    r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],$tools,\"tool_choice\":\"required\"}")
+    echo "$r" | grep -q "'tool_choice' is not supported by this server (auto or none)" && [ "${r##* }" = 400 ] && ok "tool_choice required: 400 naming it" ||
+        fail "tool_choice required: $r"
     kill -TERM $spid; wait $spid
 fi
 

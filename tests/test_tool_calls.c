@@ -1,0 +1,101 @@
+/* Tool calls: an answer's calls read as vLLM's hermes parser reads Qwen's (the text before them the content; an
+ * unclosed last block read; a block that is no call leaves the answer text), their arguments written as Python's
+ * json.dumps writes them; and what the templates refuse (tools, a tool's message or an answer's calls where the
+ * template renders none; a call without a name or with arguments that are not an object). The prompts with tools
+ * themselves are held to apply_chat_template's in test_sft. */
+#include "serve/serve_internal.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failed;
+
+static void check(const char *what, bool ok, const char *detail) {
+    printf("%-90s %s%s%s\n", what, ok ? "ok" : "FAIL", detail ? "  " : "", detail ? detail : "");
+    if (!ok) failed = 1;
+}
+
+/* The calls read from text: how many, each "name arguments" joined by "; ", and the content's bytes. */
+static void calls_of(const char *text, int *n, char *out, size_t cap, size_t *content) {
+    cJSON *calls = serve_tool_calls(text, strlen(text), 7, content), *c;
+    *n = calls ? cJSON_GetArraySize(calls) : -1;
+    out[0] = 0;
+    cJSON_ArrayForEach(c, calls) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function"), *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name"), *args = cJSON_GetObjectItemCaseSensitive(f, "arguments");
+        size_t len = strlen(out);
+        snprintf(out + len, cap - len, "%s%s %s %s", len ? "; " : "", cJSON_IsString(id) ? id->valuestring : "?",
+                 cJSON_IsString(name) ? name->valuestring : "?", cJSON_IsString(args) ? args->valuestring : "?");
+    }
+    cJSON_Delete(calls);
+}
+
+enum { WHOLE = -1 }; /* the content: the whole answer */
+
+static void check_parse(void) {
+    static const struct { const char *what, *text, *want; int n; size_t content; } cases[] = {
+        { "one call, nothing before it", "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}\n</tool_call>",
+          "call_7_0 add {\"a\": 2, \"b\": 3}", 1, 0 },
+        { "two calls after text (the content), text between them dropped",
+          "Let me look.\n<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Z\xc3\xbcrich\",\"n\":[1,2.5,null,true]}}\n"
+          "</tool_call>\nand\n<tool_call>{\"arguments\": {}, \"name\": \"now\"}</tool_call>",
+          "call_7_0 get_weather {\"city\": \"Z\xc3\xbcrich\", \"n\": [1, 2.5, null, true]}; call_7_1 now {}", 2, 13 },
+        { "a last block the answer ends inside (its length reached)", "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": \"a\\nb\"}}\n",
+          "call_7_0 f {\"x\": \"a\\nb\"}", 1, 0 },
+        { "a block that is not JSON: the answer stays text", "Hi <tool_call>\n{\"name\": \"f\", \"arguments\": \n</tool_call>", "", -1, WHOLE },
+        { "a block without arguments: the answer stays text", "<tool_call>{\"name\": \"f\"}</tool_call>", "", -1, WHOLE },
+        { "no block: the answer is text", "The answer is 5.", "", -1, WHOLE },
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        int n;
+        char got[512], what[160], detail[700];
+        size_t content;
+        calls_of(cases[k].text, &n, got, sizeof got, &content);
+        snprintf(what, sizeof what, "tool calls read: %s", cases[k].what);
+        snprintf(detail, sizeof detail, "%d call(s) [%s], content %zu bytes", n, got, content);
+        size_t want = cases[k].content == (size_t)WHOLE ? strlen(cases[k].text) : cases[k].content;
+        check(what, n == cases[k].n && !strcmp(got, cases[k].want) && content == want, detail);
+    }
+}
+
+/* Rendering messages (JSON text) by a template with tools (JSON text or NULL): refused with want in the error. */
+static void refused(const char *what, dt_chat_kind kind, const char *messages, const char *tools, const char *want) {
+    cJSON *m = cJSON_Parse(messages), *t = tools ? cJSON_Parse(tools) : NULL;
+    dt_chat_kwargs kw = { true, NULL, t };
+    char *out = NULL;
+    size_t n;
+    dt_status st = serve_chat_prompt(m, kind, &kw, &out, &n);
+    char name[160];
+    snprintf(name, sizeof name, "refused: %s", what);
+    check(name, st && strstr(dt_last_error(), want), st ? dt_last_error() : out);
+    free(out);
+    cJSON_Delete(m), cJSON_Delete(t);
+}
+
+static void check_refusals(void) {
+    const char *user = "[{\"role\": \"user\", \"content\": \"2 + 3?\"}]", *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"add\"}}]";
+    refused("tools for ChatML's template", DT_CHAT_CHATML, user, tools, "'tools': the ChatML template renders no tool calls");
+    refused("tools for dtrain's plain template", DT_CHAT_NONE, user, tools, "plain chat template renders no tool calls");
+    refused("a tool's message for Llama 3.1's template", DT_CHAT_LLAMA31,
+            "[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"tool\", \"content\": \"5\"}]", NULL,
+            "'messages' [1]: the Llama 3.1 template renders no tool calls");
+    refused("an answer's calls for Llama 3's template", DT_CHAT_LLAMA3,
+            "[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
+            "[{\"function\": {\"name\": \"f\", \"arguments\": {}}}]}]", NULL, "'messages' [1]: the Llama 3 template");
+    refused("a call whose arguments are not an object", DT_CHAT_QWEN25,
+            "[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
+            "[{\"function\": {\"name\": \"f\", \"arguments\": \"{x\"}}]}]", tools, "'messages' [1]: tool call 0 needs");
+    refused("a call without a name", DT_CHAT_QWEN3,
+            "[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"arguments\": {}}}]}]",
+            tools, "'messages' [1]: tool call 0 needs a function's \"name\"");
+    refused("a tool that is not an object", DT_CHAT_QWEN3, user, "[\"add\"]", "'tools' [0]: a tool is an object");
+}
+
+int main(void) {
+    check_parse();
+    check_refusals();
+    printf("%s\n", failed ? "test_tool_calls: FAILED" : "test_tool_calls: all passed");
+    return failed != 0;
+}
