@@ -87,14 +87,40 @@ static void check_refusals(void) {
     refused("a call whose arguments are not an object", DT_CHAT_QWEN25,
             "[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
             "[{\"function\": {\"name\": \"f\", \"arguments\": \"{x\"}}]}]", tools, "'messages' [1]: tool call 0 needs");
+    refused("a call whose arguments' text has more after the object", DT_CHAT_QWEN25,
+            "[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
+            "[{\"function\": {\"name\": \"f\", \"arguments\": \"{} x\"}}]}]", NULL, "'messages' [1]: tool call 0 needs");
     refused("a call without a name", DT_CHAT_QWEN3,
             "[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"arguments\": {}}}]}]",
             tools, "'messages' [1]: tool call 0 needs a function's \"name\"");
     refused("a tool that is not an object", DT_CHAT_QWEN3, user, "[\"add\"]", "'tools' [0]: a tool is an object");
 }
 
+/* A call's arguments as OpenAI's API sends them (their JSON text) are written as the object itself, as vLLM passes them
+ * to the template (and as test_sft's fixtures, from objects, are rendered). */
+static void check_text_arguments(void) {
+    const char *as[2] = { "{\"a\": 2, \"b\": 3}", "\"{\\\"a\\\":2,\\\"b\\\":3} \"" };
+    char *out[2] = { NULL, NULL }, msgs[512];
+    size_t n;
+    bool ok = true;
+    for (int k = 0; k < 2; k++) {
+        snprintf(msgs, sizeof msgs, "[{\"role\": \"user\", \"content\": \"2 + 3?\"}, {\"role\": \"assistant\", \"content\": null, "
+                 "\"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"add\", \"arguments\": %s}}]}, {\"role\": \"tool\", "
+                 "\"content\": \"5\"}]", as[k]);
+        cJSON *m = cJSON_Parse(msgs);
+        dt_chat_kwargs kw = { true, NULL, NULL };
+        ok = ok && m && !serve_chat_prompt(m, DT_CHAT_QWEN25, &kw, &out[k], &n);
+        cJSON_Delete(m);
+    }
+    ok = ok && !strcmp(out[0], out[1]) && strstr(out[0], "<|im_start|>assistant\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}\n"
+                                                       "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>\n");
+    check("a call's arguments as JSON text render as the object", ok, ok ? NULL : out[1] ? out[1] : dt_last_error());
+    free(out[0]), free(out[1]);
+}
+
 int main(void) {
     check_parse();
+    check_text_arguments();
     check_refusals();
     printf("%s\n", failed ? "test_tool_calls: FAILED" : "test_tool_calls: all passed");
     return failed != 0;

@@ -2,6 +2,7 @@
  * conversational prompts are completed from, as transformers' apply_chat_template(add_generation_prompt=True) renders
  * them. */
 #include "dtrain/data.h"
+#include "io/json_text.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -105,7 +106,7 @@ static dt_status tool_calls(const cJSON *calls, int i, bool content, char **buf,
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function");
         f = f ? f : c;
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name"), *args = cJSON_GetObjectItemCaseSensitive(f, "arguments");
-        cJSON *parsed = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
+        cJSON *parsed = cJSON_IsString(args) ? dt_json_parse_whole(args->valuestring) : NULL;
         if (!cJSON_IsString(name) || !(cJSON_IsObject(args) || cJSON_IsObject(parsed))) {
             cJSON_Delete(parsed);
             return dt_error(DT_ERR_ARG, "'messages' [%d]: tool call %d needs a function's \"name\" and its \"arguments\" (an object, or "
