@@ -374,8 +374,16 @@ print(r, t, end="")')
         ok "/v1/chat/completions with tools by Qwen 3's template: the completion of its text with them ($pa)" ||
         fail "Qwen 3 chat with tools '$pa' against the template's completion '$pb': $chat"
     tools='"tools":[{"type":"function","function":{"name":"f"}}]'
-    r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],$tools,\"stream\":true}")
-    echo "$r" | grep -q "'stream' with tools is not supported" && [ "${r##* }" = 400 ] && ok "a stream with tools: 400 naming it" || fail "stream with tools: $r"
+    streamed=$(curl -s -N "http://127.0.0.1:$port/v1/chat/completions" -d "$(sed -n 1p "$dir/tools.json" | sed 's/}$/, "stream": true}/')" | python3 -c '
+import json, sys
+t, calls, fin = "", 0, None
+for line in sys.stdin:
+    if line.startswith("data: ") and line.strip() != "data: [DONE]":
+        c = json.loads(line[6:])["choices"][0]; t += c["delta"].get("content") or ""; calls += "tool_calls" in c["delta"]; fin = c["finish_reason"] or fin
+print(fin, calls, t, end="")')
+    wf=$(echo "$chat" | python3 -c 'import json,sys; c=json.load(sys.stdin)["choices"][0]; print(c["finish_reason"], 0, c["message"]["content"], end="")')
+    [ -n "$wf" ] && [ "$streamed" = "$wf" ] && ok "the same with tools streamed: the same text and finish ($streamed)" ||
+        fail "streamed with tools '$streamed' against whole '$wf'"
     r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],$tools,\"tool_choice\":\"required\"}")
     echo "$r" | grep -q "'tool_choice' is not supported by this server (auto or none)" && [ "${r##* }" = 400 ] && ok "tool_choice required: 400 naming it" ||
         fail "tool_choice required: $r"

@@ -1,5 +1,6 @@
 /* Tool calls: an answer's calls read as vLLM's hermes parser reads Qwen's (the text before them the content; an
- * unclosed last block read; a block that is no call leaves the answer text), their arguments written as Python's
+ * unclosed last block read; a block that is no call leaves the answer text; a stream's text held back from where a
+ * block may start), their arguments written as Python's
  * json.dumps writes them; and what the templates refuse (tools, a tool's message or an answer's calls where the
  * template renders none; a call without a name or with arguments that are not an object). The prompts with tools
  * themselves are held to apply_chat_template's in test_sft. */
@@ -96,6 +97,22 @@ static void check_refusals(void) {
     refused("a tool that is not an object", DT_CHAT_QWEN3, user, "[\"add\"]", "'tools' [0]: a tool is an object");
 }
 
+/* A stream's text so far: what can go out before the calls are known. */
+static void check_stream_text(void) {
+    static const struct { const char *text; size_t want; } cases[] = {
+        { "Let me add.", 11 }, { "Let me add.\n<tool", 12 }, { "Let me add.\n<tool_call>\n{\"na", 12 }, { "<tool_call", 0 },
+        { "a <b> c <", 8 }, { "", 0 }, { "x <tool_call>y <tool_call>", 2 },
+    };
+    bool ok = true;
+    char detail[200] = "";
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        size_t got = serve_tool_calls_text(cases[k].text, strlen(cases[k].text));
+        if (got != cases[k].want && ok) snprintf(detail, sizeof detail, "\"%s\": %zu, not %zu", cases[k].text, got, cases[k].want);
+        ok = ok && got == cases[k].want;
+    }
+    check("a stream sends the text before the first <tool_call>, holding back what could begin one", ok, ok ? NULL : detail);
+}
+
 /* A call's arguments as OpenAI's API sends them (their JSON text) are written as the object itself, as vLLM passes them
  * to the template (and as test_sft's fixtures, from objects, are rendered). */
 static void check_text_arguments(void) {
@@ -121,6 +138,7 @@ static void check_text_arguments(void) {
 int main(void) {
     check_parse();
     check_text_arguments();
+    check_stream_text();
     check_refusals();
     printf("%s\n", failed ? "test_tool_calls: FAILED" : "test_tool_calls: all passed");
     return failed != 0;

@@ -97,8 +97,8 @@ static enum MHD_Result abort_upload(serve_http *h, struct MHD_Connection *c, uns
 static const char *finish_reason(const serve_job *j) { return j->why == DT_FINISH_STOP ? "stop" : "length"; }
 
 /* A choice's text: a completion's "text"; a chat's "message" (whole) or "delta" (a streamed chunk; the first also
- * names the role, the last is empty), with a thinking model's reasoning_content where it has one (NULL: none), and a
- * whole message's tool_calls where it makes them (calls, taken; its content then what came before them, null where
+ * names the role, the last is empty), with a thinking model's reasoning_content where it has one (NULL: none), and its
+ * tool_calls where it makes them (calls, taken; a whole message's content then what came before them, null where
  * nothing did, as vLLM answers). */
 static void choice_text(cJSON *ch, bool chat, bool whole, bool first, const char *text, const char *reasoning, cJSON *calls) {
     if (!chat) {
@@ -114,12 +114,12 @@ static void choice_text(cJSON *ch, bool chat, bool whole, bool first, const char
 }
 
 /* A completion object (a chat's: chat.completion, streamed as chat.completion.chunk): the whole one (usage
- * included) or a streamed chunk of text (and of reasoning: rn bytes at reasoning, NULL: none). */
-static char *completion_json(conn_state *cs, const char *text, size_t n, const char *reasoning, size_t rn, const char *reason, bool usage) {
+ * included) or a streamed chunk of text (and of reasoning: rn bytes at reasoning, NULL: none; and tool calls: calls,
+ * taken, NULL: none). */
+static char *completion_json(conn_state *cs, const char *text, size_t n, const char *reasoning, size_t rn, const char *reason, bool usage,
+                             cJSON *calls) {
     size_t m;
     bool chat = cs->job->p.chat, whole = !cs->job->p.stream;
-    cJSON *calls = chat && whole && cs->job->p.tools ? serve_tool_calls(text, n, cs->id, &n) : NULL;
-    if (calls) reason = "tool_calls";
     char *clean = dt_utf8_clean(text, n, &m), *rclean = reasoning ? dt_utf8_clean(reasoning, rn, &m) : NULL;
     cJSON *o = cJSON_CreateObject(), *choices, *ch;
     char id[40];
@@ -170,11 +170,41 @@ static bool peer_closed(struct MHD_Connection *c) {
 }
 
 /* A stream's last chunk (its finish reason) and the end. */
-static void stream_end(conn_state *cs) {
-    char *s = completion_json(cs, "", 0, NULL, 0, finish_reason(cs->job), false);
+static void stream_end(conn_state *cs, const char *reason) {
+    char *s = completion_json(cs, "", 0, NULL, 0, reason, false, NULL);
     out_append(cs, "data: ", s, "\n\ndata: [DONE]\n\n");
     free(s);
     cs->finished = true;
+}
+
+static void stream_chunk(conn_state *cs, const char *text, size_t n, const char *reasoning, size_t rn, cJSON *calls) {
+    char *s = completion_json(cs, text, n, reasoning, rn, NULL, false, calls);
+    out_append(cs, "data: ", s, "\n\n");
+    free(s);
+}
+
+/* The whole answer, its content n bytes at text (and its reasoning): with tools, its calls read from the content. */
+static void whole_answer(conn_state *cs, const char *text, size_t n, const char *reasoning, size_t rn) {
+    cJSON *calls = cs->job->p.chat && cs->job->p.tools ? serve_tool_calls(text, n, cs->id, &n) : NULL;
+    char *s = completion_json(cs, text, n, reasoning, rn, calls ? "tool_calls" : finish_reason(cs->job), true, calls);
+    out_append(cs, s, "\n", NULL);
+    free(s);
+    cs->finished = true;
+}
+
+/* A stream with tools: the content (from text + c0, its settled bytes to end) sent up to where a call may start (the
+ * blocks held back); once done, the calls read from it in one chunk (OpenAI's deltas, each with its index), or the
+ * held text where it makes none. */
+static void stream_with_tools(conn_state *cs, const char *text, size_t c0, size_t end, bool done) {
+    size_t upto = c0 + serve_tool_calls_text(text + c0, end - c0), n = end - c0;
+    cJSON *calls = done ? serve_tool_calls(text + c0, end - c0, cs->id, &n) : NULL, *c;
+    if (done) upto = c0 + n;
+    if (upto > c0 + cs->sent_c) stream_chunk(cs, text + c0 + cs->sent_c, upto - c0 - cs->sent_c, NULL, 0, NULL);
+    cs->sent_c = upto - c0;
+    int k = 0;
+    cJSON_ArrayForEach(c, calls) cJSON_AddNumberToObject(c, "index", k++);
+    if (calls) stream_chunk(cs, "", 0, NULL, 0, calls);
+    if (done) stream_end(cs, calls ? "tool_calls" : finish_reason(cs->job));
 }
 
 /* Under the job's lock, a thinking model's chat answer: a stream's newly settled reasoning and content, and the last
@@ -184,25 +214,18 @@ static void produce_thinking(conn_state *cs, bool done) {
     const char *text = j->text ? j->text : ""; /* (none before the first token) */
     serve_split sp;
     serve_reasoning_split(text, done ? j->len : j->visible, done, &sp);
-    char *s = NULL;
     if (!j->p.stream) {
-        if (!done) return;
-        s = completion_json(cs, text + sp.c0, j->len - sp.c0, sp.thinks ? text + sp.r0 : NULL, sp.r1 - sp.r0, finish_reason(j), true);
-        out_append(cs, s, "\n", NULL);
-        free(s);
-        cs->finished = true;
+        if (done) whole_answer(cs, text + sp.c0, j->len - sp.c0, sp.thinks ? text + sp.r0 : NULL, sp.r1 - sp.r0);
         return;
     }
     size_t r_at, r_new, c_at, c_new;
     serve_reasoning_next(&sp, cs->sent_r, cs->sent_c, &r_at, &r_new, &c_at, &c_new);
-    if (r_new || c_new) {
-        s = completion_json(cs, text + c_at, c_new, r_new ? text + r_at : NULL, r_new, NULL, false);
-        out_append(cs, "data: ", s, "\n\n");
-        free(s);
-        cs->sent_r += r_new, cs->sent_c += c_new;
-    }
+    if (j->p.tools) c_new = 0; /* (the content's own way, below) */
+    if (r_new || c_new) stream_chunk(cs, text + c_at, c_new, r_new ? text + r_at : NULL, r_new, NULL);
+    cs->sent_r += r_new, cs->sent_c += c_new;
     cs->sent = j->visible;
-    if (done) stream_end(cs);
+    if (j->p.tools && (sp.settled > sp.c0 || done)) stream_with_tools(cs, text, sp.c0, sp.settled > sp.c0 ? sp.settled : sp.c0, done);
+    else if (done) stream_end(cs, finish_reason(j));
 }
 
 /* Under the job's lock: what the client gets next (a stream's new text; the whole completion once done). */
@@ -226,21 +249,21 @@ static void produce(conn_state *cs) {
         produce_thinking(cs, done);
         return;
     }
+    if (j->p.stream && j->p.tools) { /* (a chat's text from its start: no echo) */
+        stream_with_tools(cs, j->text ? j->text : "", 0, done ? j->len : j->visible, done);
+        cs->sent = j->visible;
+        return;
+    }
     if (j->p.stream && j->visible > cs->sent) {
-        char *s = completion_json(cs, j->text + cs->sent, j->visible - cs->sent, NULL, 0, NULL, false);
-        out_append(cs, "data: ", s, "\n\n");
-        free(s);
+        stream_chunk(cs, j->text + cs->sent, j->visible - cs->sent, NULL, 0, NULL);
         cs->sent = j->visible;
     }
     if (!done) return;
     if (j->p.stream) {
-        stream_end(cs);
+        stream_end(cs, finish_reason(j));
         return;
     }
-    char *s = completion_json(cs, j->text, j->len, NULL, 0, finish_reason(j), true);
-    out_append(cs, s, "\n", NULL);
-    free(s);
-    cs->finished = true;
+    whole_answer(cs, j->text, j->len, NULL, 0);
 }
 
 /* libmicrohttpd closes a connection idle for its timeout (serve_http_idle_seconds), and a connection waiting here on its

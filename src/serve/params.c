@@ -114,7 +114,7 @@ static dt_status read_template_kwargs(const cJSON *o, dt_chat_kwargs *kw, const 
 
 /* tools (OpenAI's {"type": "function", "function": {...}} objects) for a template that renders them, and tool_choice:
  * "auto" (their default) or "none" (the tools left out of the prompt, as vLLM's --exclude-tools-when-tool-choice-none
- * does). The calls are read from the whole answer: a stream with tools is refused. */
+ * does). */
 static dt_status read_tools(const cJSON *o, const serve_vocab *v, serve_params *p, dt_chat_kwargs *kw, const char **param) {
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(o, "tools"), *choice = cJSON_GetObjectItemCaseSensitive(o, "tool_choice");
     const dt_chat_template *t = dt_chat_template_of(v->chat);
@@ -126,8 +126,6 @@ static dt_status read_tools(const cJSON *o, const serve_vocab *v, serve_params *
     if (!t || !t->tools)
         return bad(param, "tools", "'%s': this model's chat template (%s) renders no tool calls in this build (Qwen 2.5's and Qwen 3's do)",
                    t ? t->name : "dtrain's plain one");
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "stream")))
-        return bad(param, "stream", "'%s' with tools is not supported by this server%s", " (the calls are read from the whole answer)");
     kw->tools = tools, p->tools = true;
     return DT_OK;
 }

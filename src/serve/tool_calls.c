@@ -1,7 +1,8 @@
 /* An answer's tool calls, as Qwen's templates ask a model to write them (Hermes's form: each
  * "<tool_call>\n{"name": NAME, "arguments": {...}}\n</tool_call>"), read as vLLM's hermes parser reads them: every
  * block, the last one also where the answer ends before its "</tool_call>"; the text before the first block is the
- * message's content. A block that is not such an object leaves the whole answer text, as there. */
+ * message's content. A block that is not such an object leaves the whole answer text, as there. A stream sends the
+ * text before the first block as it comes and the calls once the answer is whole. */
 #include "serve_internal.h"
 #include "io/json_text.h"
 
@@ -37,6 +38,14 @@ static cJSON *one_call(const char *a, size_t n, long id, int k) {
     free(args);
     cJSON_Delete(j);
     return call;
+}
+
+size_t serve_tool_calls_text(const char *text, size_t n) {
+    const char *p = n ? memmem(text, n, OPEN, strlen(OPEN)) : NULL;
+    if (p) return (size_t)(p - text);
+    for (size_t k = n < strlen(OPEN) - 1 ? n : strlen(OPEN) - 1; k > 0; k--)
+        if (!memcmp(text + n - k, OPEN, k)) return n - k;
+    return n;
 }
 
 cJSON *serve_tool_calls(const char *text, size_t n, long id, size_t *content) {
