@@ -28,7 +28,7 @@ static void usage(void) {
            "  POST /v1/chat/completions  {\"messages\", ...} by the model's chat template (ChatML; Llama 3, 3.1, 3.2; Qwen 2,\n"
            "                         2.5, 3: its reasoning in reasoning_content; SmolLM2); \"chat_template_kwargs\":\n"
            "                         {\"enable_thinking\": false, \"date_string\": \"26 Jul 2024\"} (Llama 3.2's: today's);\n"
-           "                         \"tools\" (Qwen 2.5, 3): the answer's calls in tool_calls (not streamed)\n"
+           "                         \"tools\" (Qwen 2.5, 3): the answer's calls in tool_calls\n"
            "  GET /health, GET /metrics (Prometheus), GET /v1/models\n"
            "--context N: the positions a request holds, each slot's cache (default: the model's, at most 4096).\n"
            "--slots requests decode together (continuous batching: they join and leave at every step); --budget rows\n"
