@@ -100,12 +100,27 @@ typedef struct {
 const dt_chat_template *dt_chat_template_of(dt_chat_kind k);
 /* A message's content as the template writes it ([*start, *start + *n) of c). */
 void dt_chat_content(const dt_chat_template *t, const char *c, const char **start, size_t *n);
-/* An assistant's answer as t writes it, into *out (the caller frees): its content, trimmed where t trims; in Qwen 3's
- * (t->no_think set) the reasoning (given, or the content's part before "</think>", after "<think>") taken out of the
- * content and, where block is DT_CHAT_BLOCK or DT_CHAT_BLOCK_IF_REASONING with a reasoning, written before it as
- * "<think>\nREASONING\n</think>\n\n". */
+/* An assistant's answer (message i) as t writes it, into *out (the caller frees): its content, trimmed where t trims;
+ * in Qwen 3's (t->no_think set) the reasoning (given, or the content's part before "</think>", after "<think>") taken
+ * out of the content and, where block is DT_CHAT_BLOCK or DT_CHAT_BLOCK_IF_REASONING with a reasoning, written before
+ * it as "<think>\nREASONING\n</think>\n\n"; then its tool calls (calls: OpenAI's tool_calls; NULL or empty: none;
+ * dt_chat_tool_calls). */
 enum { DT_CHAT_NO_BLOCK, DT_CHAT_BLOCK, DT_CHAT_BLOCK_IF_REASONING };
-dt_status dt_chat_answer(const dt_chat_template *t, const char *content, const char *reasoning, int block, char **out);
+struct cJSON;
+dt_status dt_chat_answer(const dt_chat_template *t, const char *content, const char *reasoning, const struct cJSON *calls, int i, int block,
+                         char **out);
+/* Tool calls in Qwen's templates (data/chat_tools.c). Whether a request's or an example's tools are any (a non-empty
+ * array); an error naming what where t renders no tool calls; the system turn with the tools (the chat's system
+ * message, NULL: none, or t's default text before them) into *out (the caller frees); an answer's calls (message
+ * i's; content: the answer's content, after which a newline goes before the first) appended to a growing text as
+ * dt_chat_append, each call's arguments an object or its JSON text (written as the object, as vLLM passes them); a
+ * tool's result (m, of messages: consecutive ones share a user turn) into *out. */
+bool dt_chat_has_tools(const struct cJSON *tools);
+dt_status dt_chat_tools_check(const dt_chat_template *t, const char *what);
+dt_status dt_chat_tools_turn(const dt_chat_template *t, const struct cJSON *tools, const char *system, char **out);
+dt_status dt_chat_tool_calls(const dt_chat_template *t, const char *content, const struct cJSON *calls, int i, char **buf, size_t *len,
+                             size_t *cap);
+dt_status dt_chat_tool_result(const dt_chat_template *t, const struct cJSON *messages, const struct cJSON *m, int i, char **out);
 /* The think block an assistant message at index i of n gets when a prompt is rendered for generation (Qwen 3's
  * original template: after the last user query, the last message always, an earlier one where it has a reasoning;
  * last_query: dt_chat_last_query's). */

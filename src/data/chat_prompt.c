@@ -2,7 +2,6 @@
  * conversational prompts are completed from, as transformers' apply_chat_template(add_generation_prompt=True) renders
  * them. */
 #include "dtrain/data.h"
-#include "io/json_text.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -39,149 +38,59 @@ dt_status dt_chat_message_text(const cJSON *c, int i, char **buf, size_t *len, s
     return DT_OK;
 }
 
-/* The tools' part of Qwen's system turn (after the system message or the default text and a blank line), each tool a
- * line of JSON between them. */
-#define TOOLS_HEAD                                                                                                          \
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function "      \
-    "signatures within <tools></tools> XML tags:\n<tools>"
-#define TOOLS_TAIL                                                                                                          \
-    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "                 \
-    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"  \
-    "</tool_call>"
-
-static bool has_tools(const cJSON *tools) { return cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0; }
-
-static dt_status no_tools(const dt_chat_template *t, const char *what) {
-    return dt_error(DT_ERR_ARG, "%s: the %s template renders no tool calls in this build (Qwen 2.5's and Qwen 3's do)", what, t->name);
-}
-
-/* Qwen's system turn with the tools: the chat's system message (or the template's default text) and a blank line,
- * then the tools. */
-static dt_status tools_turn(const dt_chat_template *t, const cJSON *tools, const char *system, char **buf, size_t *len, size_t *cap) {
-    char head[96];
-    snprintf(head, sizeof head, t->head, "system");
-    const char *before = system ? system : t->default_system;
-    dt_status st = dt_chat_append(buf, len, cap, head, strlen(head));
-    if (!st && before) st = dt_chat_append(buf, len, cap, before, strlen(before));
-    if (!st && before) st = dt_chat_append(buf, len, cap, "\n\n", 2);
-    if (!st) st = dt_chat_append(buf, len, cap, TOOLS_HEAD, strlen(TOOLS_HEAD));
-    int k = 0;
-    for (const cJSON *tool = tools->child; !st && tool; tool = tool->next, k++) {
-        if (!cJSON_IsObject(tool)) return dt_error(DT_ERR_ARG, "'tools' [%d]: a tool is an object ({\"type\": \"function\", \"function\": {...}})", k);
-        if (!(st = dt_chat_append(buf, len, cap, "\n", 1))) st = dt_chat_tojson(tool, buf, len, cap);
-    }
-    if (!st) st = dt_chat_append(buf, len, cap, TOOLS_TAIL, strlen(TOOLS_TAIL));
-    if (!st) st = dt_chat_append(buf, len, cap, t->end, strlen(t->end));
-    return st ? st : dt_chat_append(buf, len, cap, t->after, strlen(t->after));
-}
-
 /* The template's own system turn (Qwen 2.5's where the chat has none, Llama 3.1's always: its date kw's, else the
  * template's own; Qwen's with the tools); *skip: the chat's first message is written in it. */
 static dt_status system_turn(const dt_chat_template *t, const cJSON *messages, const dt_chat_kwargs *kw, char **buf, size_t *len,
                              size_t *cap, bool *skip) {
     const cJSON *m0 = cJSON_GetArrayItem(messages, 0), *r0 = cJSON_GetObjectItemCaseSensitive(m0, "role");
     bool system0 = cJSON_IsString(r0) && (!strcmp(r0->valuestring, "system") || !strcmp(r0->valuestring, "developer"));
-    bool tools = has_tools(kw->tools);
-    if (tools && !t->tools) return no_tools(t, "'tools'");
+    bool tools = dt_chat_has_tools(kw->tools);
     char *sys0 = NULL, *sys = NULL;
     size_t n0 = 0, c0 = 0;
     /* (its text matters only to a template that writes it into its own turn; the others write it as any message) */
     dt_status st = system0 && (t->preamble || tools) ? dt_chat_message_text(cJSON_GetObjectItemCaseSensitive(m0, "content"), 0, &sys0, &n0, &c0)
                                                      : DT_OK;
-    if (!st && tools) st = tools_turn(t, kw->tools, system0 ? (sys0 ? sys0 : "") : NULL, buf, len, cap);
-    if (!st && !tools) st = dt_chat_system_turn(t, system0 ? (sys0 ? sys0 : "") : NULL, kw->date, &sys);
+    if (!st) st = tools ? dt_chat_tools_turn(t, kw->tools, system0 ? (sys0 ? sys0 : "") : NULL, &sys)
+                        : dt_chat_system_turn(t, system0 ? (sys0 ? sys0 : "") : NULL, kw->date, &sys);
     if (!st && sys) st = dt_chat_append(buf, len, cap, sys, strlen(sys));
     *skip = system0 && ((sys && t->preamble) || tools);
     free(sys0), free(sys);
     return st;
 }
 
-/* An answer's tool calls (OpenAI's: {"function": {"name", "arguments"}}, or the function's object itself), each
- * "<tool_call>\n{"name": NAME, "arguments": JSON}\n</tool_call>", a newline between them and before the first where
- * the answer has content; the arguments an object or its JSON text, written as an object (vLLM parses the text so). */
-static dt_status tool_calls(const cJSON *calls, int i, bool content, char **buf, size_t *len, size_t *cap) {
-    dt_status st = DT_OK;
-    int k = 0;
-    for (const cJSON *c = calls->child; !st && c; c = c->next, k++) {
-        const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function");
-        f = f ? f : c;
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name"), *args = cJSON_GetObjectItemCaseSensitive(f, "arguments");
-        cJSON *parsed = cJSON_IsString(args) ? dt_json_parse_whole(args->valuestring) : NULL;
-        if (!cJSON_IsString(name) || !(cJSON_IsObject(args) || cJSON_IsObject(parsed))) {
-            cJSON_Delete(parsed);
-            return dt_error(DT_ERR_ARG, "'messages' [%d]: tool call %d needs a function's \"name\" and its \"arguments\" (an object, or "
-                            "its JSON text)", i, k);
-        }
-        if (content || k) st = dt_chat_append(buf, len, cap, "\n", 1);
-        if (!st) st = dt_chat_append(buf, len, cap, "<tool_call>\n{\"name\": \"", 22);
-        if (!st) st = dt_chat_append(buf, len, cap, name->valuestring, strlen(name->valuestring));
-        if (!st) st = dt_chat_append(buf, len, cap, "\", \"arguments\": ", 16);
-        if (!st) st = dt_chat_tojson(parsed ? parsed : args, buf, len, cap);
-        if (!st) st = dt_chat_append(buf, len, cap, "}\n</tool_call>", 14);
-        cJSON_Delete(parsed);
-    }
-    return st;
-}
-
-/* A tool's result: consecutive ones in one user turn, each "\n<tool_response>\nCONTENT\n</tool_response>". */
-static dt_status tool_result(const dt_chat_template *t, const cJSON *messages, const cJSON *m, int i, char **buf, size_t *len,
-                             size_t *cap) {
-    const cJSON *r;
-    bool first = m == messages->child || !cJSON_IsString(r = cJSON_GetObjectItemCaseSensitive(m->prev, "role")) || strcmp(r->valuestring, "tool");
-    bool last = !m->next || !cJSON_IsString(r = cJSON_GetObjectItemCaseSensitive(m->next, "role")) || strcmp(r->valuestring, "tool");
-    char head[96];
-    snprintf(head, sizeof head, t->head, "user");
-    dt_status st = first ? dt_chat_append(buf, len, cap, head, strlen(head) - 1) : DT_OK; /* (its newline each result's) */
-    if (!st) st = dt_chat_append(buf, len, cap, "\n<tool_response>\n", 17);
-    if (!st) st = dt_chat_message_text(cJSON_GetObjectItemCaseSensitive(m, "content"), i, buf, len, cap);
-    if (!st) st = dt_chat_append(buf, len, cap, "\n</tool_response>", 17);
-    if (!st && last) st = dt_chat_append(buf, len, cap, t->end, strlen(t->end));
-    if (!st && last) st = dt_chat_append(buf, len, cap, t->after, strlen(t->after));
-    return st;
-}
-
-/* Whether an answer has content beside its calls (Qwen 3's: after its think block, the newlines after it left out). */
-static bool answer_content(const dt_chat_template *t, const char *text) {
-    const char *end = t->no_think ? strstr(text, "</think>") : NULL, *c = text;
-    for (const char *p = end; p && (p = strstr(p, "</think>")); p++) c = p + strlen("</think>");
-    while (end && *c == '\n') c++;
-    return *c != 0;
-}
-
-/* Message i (m, of n) by the template: its head, content (an answer's as dt_chat_answer writes it, and its tool calls),
- * end and what follows; a tool's result as tool_result. */
+/* Message i (m, of n) by the template: its head, content (an answer's as dt_chat_answer writes it, with its tool
+ * calls), end and what follows; a tool's result as dt_chat_tool_result. */
 static dt_status message(const dt_chat_template *t, const cJSON *messages, const cJSON *m, int i, int n, int last_query, char **buf,
                          size_t *len, size_t *cap) {
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "role"), *c = cJSON_GetObjectItemCaseSensitive(m, "content");
     const char *role = cJSON_IsString(r) ? r->valuestring : "";
     const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *reasoning = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
-    bool calling = !strcmp(role, "assistant") && cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > 0;
-    if (!strcmp(role, "developer")) role = "system"; /* OpenAI's newer name */
-    if (!strcmp(role, "tool") || calling) {
-        char what[40];
-        snprintf(what, sizeof what, "'messages' [%d]", i);
-        if (!t->tools) return no_tools(t, what);
-        if (!calling) return tool_result(t, messages, m, i, buf, len, cap);
-    }
-    if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))
-        return dt_error(DT_ERR_ARG, "'messages' [%d]: role '%s': a chat's roles are system, developer, user, assistant and tool", i, role);
-    char *text = NULL, *answer = NULL, head[96];
+    bool answer = !strcmp(role, "assistant"), calling = answer && dt_chat_has_tools(calls);
+    char *text = NULL, *answered = NULL, head[96];
     size_t tl = 0, tc = 0, an;
+    if (!strcmp(role, "developer")) role = "system"; /* OpenAI's newer name */
+    if (!strcmp(role, "tool")) {
+        dt_status st = dt_chat_tool_result(t, messages, m, i, &text);
+        if (!st) st = dt_chat_append(buf, len, cap, text, strlen(text));
+        free(text);
+        return st;
+    }
+    if (strcmp(role, "system") && strcmp(role, "user") && !answer)
+        return dt_error(DT_ERR_ARG, "'messages' [%d]: role '%s': a chat's roles are system, developer, user, assistant and tool", i, role);
     const char *a;
     snprintf(head, sizeof head, t->head, role);
     /* (an answer that calls tools may have no content: OpenAI's null) */
     dt_status st = calling && (!c || cJSON_IsNull(c)) ? dt_chat_append(&text, &tl, &tc, "", 0) : dt_chat_message_text(c, i, &text, &tl, &tc);
-    if (!st && !strcmp(role, "assistant"))
-        st = dt_chat_answer(t, text ? text : "", cJSON_IsString(reasoning) ? reasoning->valuestring : NULL, dt_chat_prompt_block(i, n, last_query),
-                            &answer);
-    if (!st && answer) a = answer, an = strlen(answer);
+    if (!st && answer)
+        st = dt_chat_answer(t, text ? text : "", cJSON_IsString(reasoning) ? reasoning->valuestring : NULL, calling ? calls : NULL, i,
+                            dt_chat_prompt_block(i, n, last_query), &answered);
+    if (!st && answered) a = answered, an = strlen(answered);
     else if (!st) dt_chat_content(t, text ? text : "", &a, &an);
     if (!st) st = dt_chat_append(buf, len, cap, head, strlen(head));
     if (!st) st = dt_chat_append(buf, len, cap, a, an);
-    if (!st && calling) st = tool_calls(calls, i, answer_content(t, text ? text : ""), buf, len, cap);
     if (!st) st = dt_chat_append(buf, len, cap, t->end, strlen(t->end));
     if (!st) st = dt_chat_append(buf, len, cap, t->after, strlen(t->after));
-    free(text), free(answer);
+    free(text), free(answered);
     return st;
 }
 

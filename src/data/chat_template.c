@@ -122,7 +122,8 @@ static const char *last_in(const char *a, const char *b, const char *needle) {
     return found;
 }
 
-dt_status dt_chat_answer(const dt_chat_template *t, const char *content, const char *reasoning, int block, char **out) {
+dt_status dt_chat_answer(const dt_chat_template *t, const char *content, const char *reasoning, const cJSON *calls, int i, int block,
+                         char **out) {
     const char *c = content, *ce = content + strlen(content), *r = "", *re = r;
     if (!t->no_think) {
         size_t n;
@@ -147,8 +148,11 @@ dt_status dt_chat_answer(const dt_chat_template *t, const char *content, const c
     if (!o) return dt_error(DT_ERR_NOMEM, "out of memory for a chat answer");
     if (with) snprintf(o, n + 1, "<think>\n%.*s\n</think>\n\n%.*s", (int)(re - r), r, (int)(ce - c), c);
     else memcpy(o, c, (size_t)(ce - c)), o[ce - c] = 0;
+    size_t len = n, cap = n + 1;
+    dt_status st = dt_chat_has_tools(calls) ? dt_chat_tool_calls(t, content, calls, i, &o, &len, &cap) : DT_OK;
+    if (st) free(o), o = NULL;
     *out = o;
-    return DT_OK;
+    return st;
 }
 
 int dt_chat_prompt_block(int i, int n, int last_query) {

@@ -83,7 +83,7 @@ static dt_status render_turns(const cJSON *msgs, const dt_chat_template *t, dt_b
         const char *c;
         size_t cn;
         char *text = NULL; /* an answer as the template writes it (Qwen 3's: its think block, as TRL's training form) */
-        if (answer) st = dt_chat_answer(t, content->valuestring, cJSON_IsString(reasoning) ? reasoning->valuestring : NULL, DT_CHAT_BLOCK, &text);
+        if (answer) st = dt_chat_answer(t, content->valuestring, cJSON_IsString(reasoning) ? reasoning->valuestring : NULL, NULL, k, DT_CHAT_BLOCK, &text);
         if (answer) c = text, cn = text ? strlen(text) : 0;
         else dt_chat_content(t, content->valuestring, &c, &cn);
         char head[96];

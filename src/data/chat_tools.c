@@ -1,0 +1,103 @@
+/* Tool calls in Qwen 2.5's and Qwen 3's templates (and TRL's training forms of them): the tools in the system turn
+ * (after the chat's system message, or Qwen 2.5's default text, and a blank line; each tool a line of JSON as tojson
+ * writes it), an answer's calls as "<tool_call>\n{"name": NAME, "arguments": JSON}\n</tool_call>" after its content,
+ * and the tools' results as "<tool_response>" blocks, consecutive ones in one user turn. The server's prompts,
+ * supervised fine-tuning's rows and DPO's pairs are rendered by these. */
+#include "dtrain/data.h"
+#include "io/json_text.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOOLS_HEAD                                                                                                          \
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function "      \
+    "signatures within <tools></tools> XML tags:\n<tools>"
+#define TOOLS_TAIL                                                                                                          \
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "                 \
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"  \
+    "</tool_call>"
+
+static dt_status put(char **buf, size_t *len, size_t *cap, const char *s) { return dt_chat_append(buf, len, cap, s, strlen(s)); }
+
+bool dt_chat_has_tools(const cJSON *tools) { return cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0; }
+
+dt_status dt_chat_tools_check(const dt_chat_template *t, const char *what) {
+    if (t->tools) return DT_OK;
+    return dt_error(DT_ERR_ARG, "%s: the %s template renders no tool calls in this build (Qwen 2.5's and Qwen 3's do)", what, t->name);
+}
+
+dt_status dt_chat_tools_turn(const dt_chat_template *t, const cJSON *tools, const char *system, char **out) {
+    char head[96], *buf = NULL;
+    size_t len = 0, cap = 0;
+    snprintf(head, sizeof head, t->head, "system");
+    const char *before = system ? system : t->default_system;
+    dt_status st = dt_chat_tools_check(t, "'tools'");
+    if (!st) st = put(&buf, &len, &cap, head);
+    if (!st && before && !(st = put(&buf, &len, &cap, before))) st = put(&buf, &len, &cap, "\n\n");
+    if (!st) st = put(&buf, &len, &cap, TOOLS_HEAD);
+    int k = 0;
+    for (const cJSON *tool = tools->child; !st && tool; tool = tool->next, k++) {
+        if (!cJSON_IsObject(tool)) st = dt_error(DT_ERR_ARG, "'tools' [%d]: a tool is an object ({\"type\": \"function\", \"function\": {...}})", k);
+        else if (!(st = put(&buf, &len, &cap, "\n"))) st = dt_chat_tojson(tool, &buf, &len, &cap);
+    }
+    if (!st && !(st = put(&buf, &len, &cap, TOOLS_TAIL)) && !(st = put(&buf, &len, &cap, t->end))) st = put(&buf, &len, &cap, t->after);
+    if (st) free(buf), buf = NULL;
+    *out = buf;
+    return st;
+}
+
+/* Whether an answer has content beside its calls (Qwen 3's: after its think block, the newlines after it left out). */
+static bool has_content(const dt_chat_template *t, const char *text) {
+    const char *end = t->no_think ? strstr(text, "</think>") : NULL, *c = text;
+    for (const char *p = end; p && (p = strstr(p, "</think>")); p++) c = p + strlen("</think>");
+    while (end && *c == '\n') c++;
+    return *c != 0;
+}
+
+dt_status dt_chat_tool_calls(const dt_chat_template *t, const char *content, const cJSON *calls, int i, char **buf, size_t *len,
+                             size_t *cap) {
+    char what[40];
+    snprintf(what, sizeof what, "'messages' [%d]", i);
+    dt_status st = dt_chat_tools_check(t, what);
+    bool newline = has_content(t, content);
+    int k = 0;
+    for (const cJSON *c = calls->child; !st && c; c = c->next, k++) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function");
+        f = f ? f : c;
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name"), *args = cJSON_GetObjectItemCaseSensitive(f, "arguments");
+        /* the arguments' JSON text parsed, as vLLM passes them to the template */
+        cJSON *parsed = cJSON_IsString(args) ? dt_json_parse_whole(args->valuestring) : NULL;
+        if (!cJSON_IsString(name) || !(cJSON_IsObject(args) || cJSON_IsObject(parsed))) {
+            cJSON_Delete(parsed);
+            return dt_error(DT_ERR_ARG, "'messages' [%d]: tool call %d needs a function's \"name\" and its \"arguments\" (an object, or "
+                            "its JSON text)", i, k);
+        }
+        if (newline || k) st = put(buf, len, cap, "\n");
+        if (!st && !(st = put(buf, len, cap, "<tool_call>\n{\"name\": \"")) && !(st = put(buf, len, cap, name->valuestring)) &&
+            !(st = put(buf, len, cap, "\", \"arguments\": ")) && !(st = dt_chat_tojson(parsed ? parsed : args, buf, len, cap)))
+            st = put(buf, len, cap, "}\n</tool_call>");
+        cJSON_Delete(parsed);
+    }
+    return st;
+}
+
+dt_status dt_chat_tool_result(const dt_chat_template *t, const cJSON *messages, const cJSON *m, int i, char **out) {
+    const cJSON *r;
+    bool first = m == messages->child || !cJSON_IsString(r = cJSON_GetObjectItemCaseSensitive(m->prev, "role")) || strcmp(r->valuestring, "tool");
+    bool last = !m->next || !cJSON_IsString(r = cJSON_GetObjectItemCaseSensitive(m->next, "role")) || strcmp(r->valuestring, "tool");
+    char head[96], what[40], *buf = NULL;
+    size_t len = 0, cap = 0;
+    snprintf(head, sizeof head, t->head, "user");
+    snprintf(what, sizeof what, "'messages' [%d]", i);
+    dt_status st = dt_chat_tools_check(t, what);
+    if (!st && first) st = dt_chat_append(&buf, &len, &cap, head, strlen(head) - 1); /* (its newline each result's) */
+    if (!st) st = put(&buf, &len, &cap, "\n<tool_response>\n");
+    if (!st) st = dt_chat_message_text(cJSON_GetObjectItemCaseSensitive(m, "content"), i, &buf, &len, &cap);
+    if (!st) st = put(&buf, &len, &cap, "\n</tool_response>");
+    if (!st && last && !(st = put(&buf, &len, &cap, t->end))) st = put(&buf, &len, &cap, t->after);
+    if (st) free(buf), buf = NULL;
+    *out = buf;
+    return st;
+}
