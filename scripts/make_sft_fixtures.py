@@ -104,6 +104,17 @@ TOOLS = [
                                           "b": {"type": "number", "minimum": 1e-05, "maximum": 12345678.9}},
                                           "required": ["a", "b"], "additionalProperties": False}}},
 ]
+# chats to train on with tools (one call's arguments' keys throughout: a data set's columns unify their structs), the
+# tools of the first as a list, of the second as their JSON text (as data sets keep them, and TRL reads either)
+ADD = {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}
+TOOL_CHATS = [
+    {"messages": [{"role": "user", "content": "2 + 3?"}, {"role": "assistant", "content": None, "tool_calls": [ADD]},
+                  {"role": "tool", "content": "5"}, {"role": "assistant", "content": "It is 5."}], "tools": TOOLS},
+    {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2 + 3, twice?"},
+                  {"role": "assistant", "content": "Adding.", "tool_calls": [ADD, ADD]},
+                  {"role": "tool", "content": "5"}, {"role": "tool", "content": "5"}, {"role": "assistant", "content": "5 and 5."}],
+     "tools": json.dumps(TOOLS)},
+]
 TOOL_PROMPTS = [
     {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS},
     {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris and 2 + 3?"},
@@ -226,13 +237,16 @@ def template_case(folder, out, name, chats, prompts, template=None, training=Non
         tok.chat_template = training
     with open(os.path.join(out, name + "_chat.jsonl"), "w") as f:
         for r in chats:
-            f.write(json.dumps({"messages": r}) + "\n")
+            f.write(json.dumps(r if isinstance(r, dict) else {"messages": r}) + "\n")
+    # the data set as TRL reads it: the tools as their JSON text (a column of lists would unify the schemas' structs)
+    rows = [{"messages": r["messages"], "tools": r["tools"] if isinstance(r["tools"], str) else json.dumps(r["tools"])}
+            if isinstance(r, dict) else {"messages": r, "tools": None} for r in chats]
     torch.manual_seed(3)
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
                       num_key_value_heads=2, max_position_embeddings=128)
     args = SFTConfig(output_dir=os.path.join(folder, "run"), max_length=seq + 1, assistant_only_loss=True, packing=False,
                      per_device_train_batch_size=len(chats), report_to=[], use_cpu=True, dataset_num_proc=None)
-    trainer = SFTTrainer(model=LlamaForCausalLM(cfg), args=args, train_dataset=Dataset.from_list([{"messages": r} for r in chats]),
+    trainer = SFTTrainer(model=LlamaForCausalLM(cfg), args=args, train_dataset=Dataset.from_list(rows),
                          processing_class=tok)
     batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(chats))])
     tensors = {}
@@ -267,8 +281,9 @@ def template_cases(folder, names):
     t.add_special_tokens([AddedToken("<|start_header_id|>", special=True), AddedToken("<|end_header_id|>", special=True)])
     t.save(os.path.join(OUT, "llama3_tokenizer.json"))
     cases = {
-        "qwen3": lambda: template_case(folder, OUT, "qwen3", QWEN3_CHATS, QWEN3_PROMPTS + TOOL_PROMPTS),
-        "qwen2_5": lambda: template_case(folder, OUT, "qwen2_5", QWEN25_CHATS, QWEN25_PROMPTS + TOOL_PROMPTS),
+        # (rows of 1024: room for the tools' system turn)
+        "qwen3": lambda: template_case(folder, OUT, "qwen3", QWEN3_CHATS + TOOL_CHATS, QWEN3_PROMPTS + TOOL_PROMPTS, seq=1023),
+        "qwen2_5": lambda: template_case(folder, OUT, "qwen2_5", QWEN25_CHATS + TOOL_CHATS, QWEN25_PROMPTS + TOOL_PROMPTS, seq=1023),
         "llama3": lambda: template_case(folder, OUT, "llama3", LLAMA_CHATS, LLAMA_PROMPTS, **llama),
         "llama3_1": lambda: template_case(folder, OUT, "llama3_1", LLAMA_CHATS, LLAMA_PROMPTS, training=LLAMA31_TRAINING,
                                           dates=(None, "01 Jan 2025"), **llama),

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { T = 64, MAXB = 8, TMAX = 128 };
+enum { T = 64, MAXB = 8, TMAX = 1024 }; /* (TMAX: the fixtures' longest rows, the chats with tools) */
 
 /* Row k (of seq positions, at most TMAX) against TRL's ids.k and labels.k (labels unshifted: the target of input t is
  * label t + 1). */
@@ -492,8 +492,8 @@ int main(int argc, char **argv) {
     check_case(dir, "completion", 3);
     check_packed(dir);
     check_cache(dir);
-    check_template(dir, "qwen3", DT_CHAT_QWEN3, 4, 16);
-    check_template(dir, "qwen2_5", DT_CHAT_QWEN25, 4, 12);
+    check_template(dir, "qwen3", DT_CHAT_QWEN3, 6, 16);
+    check_template(dir, "qwen2_5", DT_CHAT_QWEN25, 6, 12);
     check_template(dir, "qwen2", DT_CHAT_QWEN2, 4, 6);
     check_template(dir, "smollm2", DT_CHAT_SMOLLM2, 4, 6);
     check_template(dir, "llama3", DT_CHAT_LLAMA3, 3, 6);
@@ -526,6 +526,17 @@ int main(int argc, char **argv) {
     refused(dir, "refused: a chat with no assistant turn", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", DT_CHAT_CHATML,
             "no assistant message");
     refused(dir, "refused: an empty file", "", DT_CHAT_CHATML, "no examples");
+    refused(dir, "refused: tools beside a prompt and completion (texts)", "{\"prompt\": \"a\", \"completion\": \"b\", \"tools\": []}",
+            DT_CHAT_CHATML, "\"tools\" is a list of the tools");
+    refused(dir, "refused: tools whose JSON text is not JSON",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": \"y\"}], \"tools\": \"[x\"}",
+            DT_CHAT_QWEN25, "\"tools\" is a list of the tools");
+    refused(dir, "refused: a chat with tools by a template that renders none",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": \"y\"}], \"tools\": "
+            "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]}", DT_CHAT_CHATML, "'tools': the ChatML template renders no tool calls");
+    refused(dir, "refused: an answer's calls by a template that renders none",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
+            "[{\"function\": {\"name\": \"f\", \"arguments\": {}}}]}]}", DT_CHAT_LLAMA3, "'messages' [1]: the Llama 3 template renders no");
     dt_chat_kind k;
     check("refused: a chat_template this build cannot render (named)",
           dt_chat_kind_of_template("{% for m in messages %}[INST] {{ m.content }}{% endfor %}", "x/tokenizer_config.json", &k) &&

@@ -57,35 +57,64 @@ static dt_status put(seq *s, dt_bpe *tok, const char *text, size_t len, int scor
 
 static dt_status put_str(seq *s, dt_bpe *tok, const char *text, int scored) { return put(s, tok, text, strlen(text), scored); }
 
-/* msgs' turns by the template's pieces (chat_template.c), after its beginning when first: each head unscored, with
- * score an assistant's content and end of turn scored (SFT's), else nothing; *assistants counts the assistant's turns. */
-static dt_status render_turns(const cJSON *msgs, const dt_chat_template *t, dt_bpe *tok, const char *where, bool first, bool score, seq *s,
-                              int *assistants) {
-    dt_status st = first ? put_str(s, tok, t->begin, 0) : DT_OK;
-    const cJSON *m = msgs->child, *r0 = m ? cJSON_GetObjectItemCaseSensitive(m, "role") : NULL, *c0 = m ? cJSON_GetObjectItemCaseSensitive(m, "content") : NULL;
-    char *sys = NULL; /* the template's own system turn (Qwen 2.5's where a chat has none, Llama 3.1's always) */
-    bool system0 = cJSON_IsString(r0) && !strcmp(r0->valuestring, "system") && cJSON_IsString(c0);
-    if (!st && first) st = dt_chat_system_turn(t, system0 ? c0->valuestring : NULL, NULL, &sys);
-    if (!st && sys) st = put_str(s, tok, sys, 0);
-    if (sys && system0 && t->preamble) m = m->next; /* written in it */
+/* The template's own system turn (Qwen 2.5's where a chat has none, Llama 3.1's always; with tools, Qwen's with them)
+ * unscored; the chat's first message when it is written in it skipped (*m moved on). */
+static dt_status system_turn(const cJSON *tools, const dt_chat_template *t, dt_bpe *tok, const char *where, seq *s, const cJSON **m) {
+    const cJSON *r0 = *m ? cJSON_GetObjectItemCaseSensitive(*m, "role") : NULL, *c0 = *m ? cJSON_GetObjectItemCaseSensitive(*m, "content") : NULL;
+    bool system0 = cJSON_IsString(r0) && !strcmp(r0->valuestring, "system") && cJSON_IsString(c0), with = dt_chat_has_tools(tools);
+    char *sys = NULL;
+    dt_status st = with ? dt_chat_tools_turn(t, tools, system0 ? c0->valuestring : NULL, &sys)
+                        : dt_chat_system_turn(t, system0 ? c0->valuestring : NULL, NULL, &sys);
+    if (st) return dt_error(st, "%s: %s", where, dt_last_error());
+    if (sys) st = put_str(s, tok, sys, 0);
+    if (sys && system0 && (t->preamble || with)) *m = (*m)->next; /* written in it */
     free(sys);
+    return st;
+}
+
+/* A tool's result (Qwen's templates), unscored. */
+static dt_status tool_result(const cJSON *msgs, const cJSON *m, int k, const dt_chat_template *t, dt_bpe *tok, const char *where, seq *s) {
+    char *text = NULL;
+    dt_status st = dt_chat_tool_result(t, msgs, m, k, &text);
+    if (st) return dt_error(st, "%s: %s", where, dt_last_error());
+    st = put_str(s, tok, text, 0);
+    free(text);
+    return st;
+}
+
+/* msgs' turns by the template's pieces (chat_template.c; tool calls and results by chat_tools.c), after its beginning
+ * and its own system turn (with tools, where given) when first: each head unscored, with score an assistant's content
+ * (its tool calls too) and end of turn scored (SFT's), else nothing; *assistants counts the assistant's turns. */
+static dt_status render_turns(const cJSON *msgs, const cJSON *tools, const dt_chat_template *t, dt_bpe *tok, const char *where, bool first,
+                              bool score, seq *s, int *assistants) {
+    const cJSON *m = msgs->child;
+    dt_status st = first ? put_str(s, tok, t->begin, 0) : DT_OK;
+    if (!st && first) st = system_turn(tools, t, tok, where, s, &m);
     for (int k = m != msgs->child; m && !st; m = m->next, k++) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (!cJSON_IsString(role) || !cJSON_IsString(content))
+        const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+        bool answer = cJSON_IsString(role) && !strcmp(role->valuestring, "assistant"), calling = answer && dt_chat_has_tools(calls);
+        if (!cJSON_IsString(role) || !(cJSON_IsString(content) || (calling && (!content || cJSON_IsNull(content)))))
             return dt_error(DT_ERR_IO, "%s: message %d is not {\"role\": TEXT, \"content\": TEXT}", where, k);
         const char *r = role->valuestring;
-        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
-            return dt_error(DT_ERR_IO, "%s: message %d's role \"%s\" is not system, user or assistant", where, k, r);
-        bool answer = !strcmp(r, "assistant");
+        if (!strcmp(r, "tool") && t->tools) {
+            st = tool_result(msgs, m, k, t, tok, where, s);
+            continue;
+        }
+        if (strcmp(r, "system") && strcmp(r, "user") && !answer)
+            return dt_error(DT_ERR_IO, "%s: message %d's role \"%s\" is not system, user or assistant%s", where, k, r,
+                            t->tools ? " (or tool)" : "");
         int scored = score && answer;
         *assistants += answer;
         const cJSON *reasoning = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
-        const char *c;
+        const char *c, *text0 = cJSON_IsString(content) ? content->valuestring : "";
         size_t cn;
-        char *text = NULL; /* an answer as the template writes it (Qwen 3's: its think block, as TRL's training form) */
-        if (answer) st = dt_chat_answer(t, content->valuestring, cJSON_IsString(reasoning) ? reasoning->valuestring : NULL, NULL, k, DT_CHAT_BLOCK, &text);
+        char *text = NULL; /* an answer as the template writes it (Qwen 3's: its think block, as TRL's training form; its calls) */
+        if (answer) st = dt_chat_answer(t, text0, cJSON_IsString(reasoning) ? reasoning->valuestring : NULL, calling ? calls : NULL, k, DT_CHAT_BLOCK,
+                                        &text);
+        if (st) return dt_error(st, "%s: %s", where, dt_last_error());
         if (answer) c = text, cn = text ? strlen(text) : 0;
-        else dt_chat_content(t, content->valuestring, &c, &cn);
+        else dt_chat_content(t, text0, &c, &cn);
         char head[96];
         snprintf(head, sizeof head, t->head, r);
         /* Qwen 2.5's training form scores the newline that ends an answer's head: it goes with the content */
@@ -101,9 +130,9 @@ static dt_status render_turns(const cJSON *msgs, const dt_chat_template *t, dt_b
 }
 
 /* A chat: the assistant's turns scored. */
-static dt_status render_chat(const cJSON *msgs, dt_chat_kind chat, dt_bpe *tok, const char *where, seq *s) {
+static dt_status render_chat(const cJSON *msgs, const cJSON *tools, dt_chat_kind chat, dt_bpe *tok, const char *where, seq *s) {
     int assistants = 0;
-    dt_status st = render_turns(msgs, dt_chat_template_of(chat), tok, where, true, true, s, &assistants);
+    dt_status st = render_turns(msgs, tools, dt_chat_template_of(chat), tok, where, true, true, s, &assistants);
     if (!st && !assistants) st = dt_error(DT_ERR_IO, "%s: no assistant message: nothing in it is scored", where);
     return st;
 }
@@ -146,19 +175,19 @@ static dt_status render_pair(const char *prompt, const char *chosen, const char 
 /* A conversational pair as TRL's DPOTrainer renders it: the prompt's turns and the assistant's head (the generation
  * prompt) alone, and the prompt's turns then each completion's; each completion scored from where the prompt and the
  * first of the two diverge (its turns whole: content, end of turn, what follows). */
-static dt_status render_chat_pair(const cJSON *prompt, const cJSON *chosen, const cJSON *rejected, dt_chat_kind chat, dt_bpe *tok,
-                                  const char *where, seq *c, seq *r) {
+static dt_status render_chat_pair(const cJSON *prompt, const cJSON *chosen, const cJSON *rejected, const cJSON *tools, dt_chat_kind chat,
+                                  dt_bpe *tok, const char *where, seq *c, seq *r) {
     const dt_chat_template *t = dt_chat_template_of(chat);
     seq p = { 0 };
     int n = 0, nc = 0, nr = 0;
     char head[96];
     snprintf(head, sizeof head, t->head, "assistant");
-    dt_status st = render_turns(prompt, t, tok, where, true, false, &p, &n);
+    dt_status st = render_turns(prompt, tools, t, tok, where, true, false, &p, &n);
     if (!st) st = put_str(&p, tok, head, 0);
-    if (!st) st = render_turns(prompt, t, tok, where, true, false, c, &n);
-    if (!st) st = render_turns(chosen, t, tok, where, false, false, c, &nc);
-    if (!st) st = render_turns(prompt, t, tok, where, true, false, r, &n);
-    if (!st) st = render_turns(rejected, t, tok, where, false, false, r, &nr);
+    if (!st) st = render_turns(prompt, tools, t, tok, where, true, false, c, &n);
+    if (!st) st = render_turns(chosen, tools, t, tok, where, false, false, c, &nc);
+    if (!st) st = render_turns(prompt, tools, t, tok, where, true, false, r, &n);
+    if (!st) st = render_turns(rejected, tools, t, tok, where, false, false, r, &nr);
     if (!st && (!nc || !nr)) st = dt_error(DT_ERR_IO, "%s: the %s has no assistant message", where, !nc ? "chosen" : "rejected");
     size_t pc = 0, pr = 0;
     while (!st && pc < p.n && pc < c->n && p.ids[pc] == c->ids[pc]) pc++;
@@ -245,21 +274,28 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
     if (pst) return pst;
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages"), *p = cJSON_GetObjectItemCaseSensitive(j, "prompt"),
                 *c = cJSON_GetObjectItemCaseSensitive(j, "completion"), *ch = cJSON_GetObjectItemCaseSensitive(j, "chosen"),
-                *rj = cJSON_GetObjectItemCaseSensitive(j, "rejected");
+                *rj = cJSON_GetObjectItemCaseSensitive(j, "rejected"), *tools = cJSON_GetObjectItemCaseSensitive(j, "tools");
+    /* (a data set may hold the tools as their JSON text, as TRL reads them) */
+    cJSON *parsed = cJSON_IsString(tools) ? dt_json_parse_whole(tools->valuestring) : NULL;
+    if (parsed) tools = parsed;
     seq s = { 0 }, s2 = { 0 };
     int pair = ch || rj;
     dt_status st = pair && !p ? extract_prompt(j, where) : DT_OK;
     if (pair && !p) /* the pair as extract_prompt left it */
         p = cJSON_GetObjectItemCaseSensitive(j, "prompt"), ch = cJSON_GetObjectItemCaseSensitive(j, "chosen"),
         rj = cJSON_GetObjectItemCaseSensitive(j, "rejected");
+    bool chats = cJSON_IsArray(msgs) || (pair && cJSON_IsArray(p));
     if (st) {
+    } else if (tools && !cJSON_IsNull(tools) && (!cJSON_IsArray(tools) || !chats)) {
+        st = dt_error(DT_ERR_IO, "%s: \"tools\" is a list of the tools a chat's messages may call ({\"type\": \"function\", \"function\": "
+                      "{...}}, or the list's JSON text), beside \"messages\" or a conversational pair", where);
     } else if (d->pairs >= 0 && pair != d->pairs) {
         st = dt_error(DT_ERR_IO, "%s: %s, but the lines before are %s: a file holds one kind", where, pair ? "a preference pair" : "an example",
                       pair ? "examples (chats, prompts and completions)" : "preference pairs");
     } else if (pair && cJSON_IsArray(p) && cJSON_IsArray(ch) && cJSON_IsArray(rj)) {
         st = !tok || chat == DT_CHAT_NONE ? dt_error(DT_ERR_ARG, "%s: a conversational pair needs a tokenizer and a chat template (its "
                                                      "tokenizer_config.json's, or --chat-template KIND)", where)
-                                          : render_chat_pair(p, ch, rj, chat, tok, where, &s, &s2);
+                                          : render_chat_pair(p, ch, rj, tools, chat, tok, where, &s, &s2);
     } else if (pair) {
         st = !cJSON_IsString(p) || !cJSON_IsString(ch) || !cJSON_IsString(rj)
                ? dt_error(DT_ERR_IO, "%s: a preference pair is {\"prompt\": TEXT, \"chosen\": TEXT, \"rejected\": TEXT}, or the three as "
@@ -270,7 +306,7 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
                              "prompts and completions)", where)
            : chat == DT_CHAT_NONE ? dt_error(DT_ERR_ARG, "%s: chat messages need a chat template: the tokenizer's tokenizer_config.json's, "
                                              "or --chat-template KIND", where)
-                                  : render_chat(msgs, chat, tok, where, &s);
+                                  : render_chat(msgs, tools, chat, tok, where, &s);
     } else if (cJSON_IsString(p) && cJSON_IsString(c)) {
         st = render_completion(p->valuestring, c->valuestring, tok, eos, &s);
     } else {
@@ -280,7 +316,7 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
     if (!st && pair) st = add_row(d, &s2);
     if (!st) d->pairs = pair;
     free(s.ids), free(s.scored), free(s2.ids), free(s2.scored);
-    cJSON_Delete(j);
+    cJSON_Delete(j), cJSON_Delete(parsed);
     return st;
 }
 
