@@ -555,6 +555,13 @@ for k in ('matmul','attention'): assert abs(b['time_ms'][k] - 2 * a['time_ms'][k
     "$four" "$two" 2> /dev/null &&
     ok "4 ranks of 1 thread on 2 cores compute 2x as long as on 8: matmul $(python3 -c "import json,sys; print('%.2f ms against %.2f' % tuple(json.loads(x)['breakdown']['time_ms']['matmul'] for x in sys.argv[1:]))" "$two" "$four")" ||
     fail "oversubscribed cores: $(echo "$four" | head -c 200) / $(echo "$two" | head -c 200)"
+# expert parallelism with more ranks than cores: the ranks waiting for the busiest give it their cores, so a load under
+# the oversubscription costs the step nothing (DP 2 x EP 2 on 2 cores at 1.5: the balanced GEMMs), on 8 cores it does
+mo() { "$DTRAIN" plan "${moe[@]}" --hardware "$@" --json 2>&1 | python3 -c "import json,sys; print('%.6f' % json.load(sys.stdin)['breakdown']['time_ms']['matmul'])"; }
+a=$(mo "$dir/hw6.json") b=$(mo "$dir/hw6.json" --expert-load 1.5) c=$(mo "$dir/hw5.json") d=$(mo "$dir/hw5.json" --expert-load 1.5)
+awk -v a="$a" -v b="$b" -v c="$c" -v d="$d" 'BEGIN{exit !(a > 0 && a == b && c > 0 && d > c)}' &&
+    ok "an EP load of 1.5 on 2 cores of 4 ranks: matmul $b ms, balanced $a; on 8 cores $d against $c" ||
+    fail "an EP load on 2 and 8 cores: matmul $a / $b (2 cores), $c / $d (8 cores)"
 
 # a memory cgroup's limit, set on the job's group's parent as Slurm and containers do, is what the machine has: train
 # refuses with the limit's figure (root: made here, v1's memory controller or v2's)
