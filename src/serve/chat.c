@@ -28,7 +28,7 @@ dt_status serve_chat_prompt(const cJSON *messages, dt_chat_kind chat, const dt_c
     if (t) return dt_chat_prompt(t, messages, &k, out, out_len);
     *out = NULL;
     *out_len = 0;
-    if (kw->tools && cJSON_GetArraySize(kw->tools) > 0) return dt_error(DT_ERR_ARG, "'tools': dtrain's plain chat template renders no tool calls");
+    if (dt_chat_has_tools(kw->tools)) return dt_error(DT_ERR_ARG, "'tools': dtrain's plain chat template renders no tool calls");
     if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0)
         return dt_error(DT_ERR_ARG, "'messages' must be a non-empty array of {\"role\", \"content\"} objects");
     char *buf = NULL;

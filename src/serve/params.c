@@ -122,7 +122,7 @@ static dt_status read_tools(const cJSON *o, const serve_vocab *v, serve_params *
     if (!cJSON_IsArray(tools)) return bad(param, "tools", "'%s' must be an array of {\"type\": \"function\", \"function\"} objects%s", "");
     if (choice && !cJSON_IsNull(choice) && !(cJSON_IsString(choice) && (!strcmp(choice->valuestring, "auto") || !strcmp(choice->valuestring, "none"))))
         return bad(param, "tool_choice", "'%s' is not supported by this server%s", " (auto or none)");
-    if (cJSON_GetArraySize(tools) == 0 || (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none"))) return DT_OK;
+    if (!dt_chat_has_tools(tools) || (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none"))) return DT_OK;
     if (!t || !t->tools)
         return bad(param, "tools", "'%s': this model's chat template (%s) renders no tool calls in this build (Qwen 2.5's and Qwen 3's do)",
                    t ? t->name : "dtrain's plain one");
