@@ -300,6 +300,8 @@ static bool request_ids_match(const cJSON *c, dt_bpe *tok, dt_chat_kind chat) {
     cJSON_AddItemToObject(req, "messages", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(c, "messages"), 1));
     cJSON_AddBoolToObject(kw, "enable_thinking", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "enable_thinking")));
     if (cJSON_IsString(date)) cJSON_AddStringToObject(kw, "date_string", date->valuestring);
+    const cJSON *in_user = cJSON_GetObjectItemCaseSensitive(c, "tools_in_user_message");
+    if (in_user) cJSON_AddBoolToObject(kw, "tools_in_user_message", cJSON_IsTrue(in_user));
     cJSON_AddItemToObject(req, "chat_template_kwargs", kw);
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(c, "tools"); /* (a request's own field, as OpenAI's API has it) */
     if (tools) cJSON_AddItemToObject(req, "tools", cJSON_Duplicate(tools, 1));
@@ -388,7 +390,7 @@ static void check_template(const char *dir, const char *name, dt_chat_kind want,
     cJSON_ArrayForEach(c, cases) {
         const cJSON *want_text = cJSON_GetObjectItemCaseSensitive(c, "text"), *date = cJSON_GetObjectItemCaseSensitive(c, "date_string");
         dt_chat_kwargs kw = { cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "enable_thinking")), cJSON_IsString(date) ? date->valuestring : NULL,
-                              cJSON_GetObjectItemCaseSensitive(c, "tools") };
+                              cJSON_GetObjectItemCaseSensitive(c, "tools"), cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(c, "tools_in_user_message")) };
         tooled += kw.tools != NULL;
         char *got = NULL;
         size_t n = 0;
@@ -425,7 +427,7 @@ static void check_template(const char *dir, const char *name, dt_chat_kind want,
  * local time): the date asked just before the prompt or just after (a prompt made across midnight names either). */
 static void check_today(void) {
     cJSON *m = cJSON_Parse("[{\"role\": \"user\", \"content\": \"Hi\"}]");
-    dt_chat_kwargs kw = { true, NULL, NULL };
+    dt_chat_kwargs kw = { .thinking = true };
     char *got = NULL, before[32], after[32], want[2][64];
     size_t n;
     dt_chat_today(before);

@@ -1,6 +1,7 @@
 /* Tool calls: an answer's calls read as vLLM's hermes parser reads Qwen's (the text before them the content; an
  * unclosed last block read; a block that is no call leaves the answer text; a stream's text held back from where a
- * block may start), their arguments written as Python's
+ * block may start) and as its llama3_json parser reads Llama 3.1's (an answer that opens with a call is calls, ";"
+ * between them; anything else text), their arguments written as Python's
  * json.dumps writes them; and what the templates refuse (tools, a tool's message or an answer's calls where the
  * template renders none; a call without a name or with arguments that are not an object). The prompts with tools
  * themselves are held to apply_chat_template's in test_sft. */
@@ -19,8 +20,8 @@ static void check(const char *what, bool ok, const char *detail) {
 }
 
 /* The calls read from text: how many, each "name arguments" joined by "; ", and the content's bytes. */
-static void calls_of(const char *text, int *n, char *out, size_t cap, size_t *content) {
-    cJSON *calls = serve_tool_calls(text, strlen(text), 7, content), *c;
+static void calls_of(int form, const char *text, int *n, char *out, size_t cap, size_t *content) {
+    cJSON *calls = serve_tool_calls(form, text, strlen(text), 7, content), *c;
     *n = calls ? cJSON_GetArraySize(calls) : -1;
     out[0] = 0;
     cJSON_ArrayForEach(c, calls) {
@@ -36,24 +37,34 @@ static void calls_of(const char *text, int *n, char *out, size_t cap, size_t *co
 enum { WHOLE = -1 }; /* the content: the whole answer */
 
 static void check_parse(void) {
-    static const struct { const char *what, *text, *want; int n; size_t content; } cases[] = {
-        { "one call, nothing before it", "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}\n</tool_call>",
+    enum { H = DT_CHAT_TOOLS_HERMES, J = DT_CHAT_TOOLS_JSON };
+    static const struct { int form; const char *what, *text, *want; int n; size_t content; } cases[] = {
+        { H, "one call, nothing before it", "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3}}\n</tool_call>",
           "call_7_0 add {\"a\": 2, \"b\": 3}", 1, 0 },
-        { "two calls after text (the content), text between them dropped",
+        { H, "two calls after text (the content), text between them dropped",
           "Let me look.\n<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Z\xc3\xbcrich\",\"n\":[1,2.5,null,true]}}\n"
           "</tool_call>\nand\n<tool_call>{\"arguments\": {}, \"name\": \"now\"}</tool_call>",
           "call_7_0 get_weather {\"city\": \"Z\xc3\xbcrich\", \"n\": [1, 2.5, null, true]}; call_7_1 now {}", 2, 13 },
-        { "a last block the answer ends inside (its length reached)", "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": \"a\\nb\"}}\n",
+        { H, "a last block the answer ends inside (its length reached)", "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": \"a\\nb\"}}\n",
           "call_7_0 f {\"x\": \"a\\nb\"}", 1, 0 },
-        { "a block that is not JSON: the answer stays text", "Hi <tool_call>\n{\"name\": \"f\", \"arguments\": \n</tool_call>", "", -1, WHOLE },
-        { "a block without arguments: the answer stays text", "<tool_call>{\"name\": \"f\"}</tool_call>", "", -1, WHOLE },
-        { "no block: the answer is text", "The answer is 5.", "", -1, WHOLE },
+        { H, "a block that is not JSON: the answer stays text", "Hi <tool_call>\n{\"name\": \"f\", \"arguments\": \n</tool_call>", "", -1, WHOLE },
+        { H, "a block without arguments: the answer stays text", "<tool_call>{\"name\": \"f\"}</tool_call>", "", -1, WHOLE },
+        { H, "no block: the answer is text", "The answer is 5.", "", -1, WHOLE },
+        { J, "Llama: one call", "{\"name\": \"add\", \"parameters\": {\"a\": 2, \"b\": 3}}", "call_7_0 add {\"a\": 2, \"b\": 3}", 1, 0 },
+        { J, "Llama: two calls after <|python_tag|>, \"arguments\" or \"parameters\"",
+          "<|python_tag|>{\"name\": \"now\", \"arguments\": {}} ;\n{\"parameters\": {\"s\": \"\xc3\xbc\"}, \"name\": \"f\"}\n",
+          "call_7_0 now {}; call_7_1 f {\"s\": \"\xc3\xbc\"}", 2, 0 },
+        { J, "Llama: a call after text: the answer is text", "Sure: {\"name\": \"add\", \"parameters\": {}}", "", -1, WHOLE },
+        { J, "Llama: text after the call: the answer is text", "{\"name\": \"add\", \"parameters\": {}} done", "", -1, WHOLE },
+        { J, "Llama: an object without a name: the answer is text", "{\"parameters\": {\"a\": 1}}", "", -1, WHOLE },
+        { J, "Llama: a call without parameters: the answer is text", "{\"name\": \"f\"}", "", -1, WHOLE },
+        { J, "Llama: a call cut short: the answer is text", "{\"name\": \"f\", \"parameters\": {\"a\"", "", -1, WHOLE },
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         int n;
         char got[512], what[160], detail[700];
         size_t content;
-        calls_of(cases[k].text, &n, got, sizeof got, &content);
+        calls_of(cases[k].form, cases[k].text, &n, got, sizeof got, &content);
         snprintf(what, sizeof what, "tool calls read: %s", cases[k].what);
         snprintf(detail, sizeof detail, "%d call(s) [%s], content %zu bytes", n, got, content);
         size_t want = cases[k].content == (size_t)WHOLE ? strlen(cases[k].text) : cases[k].content;
@@ -64,7 +75,7 @@ static void check_parse(void) {
 /* Rendering messages (JSON text) by a template with tools (JSON text or NULL): refused with want in the error. */
 static void refused(const char *what, dt_chat_kind kind, const char *messages, const char *tools, const char *want) {
     cJSON *m = cJSON_Parse(messages), *t = tools ? cJSON_Parse(tools) : NULL;
-    dt_chat_kwargs kw = { true, NULL, t };
+    dt_chat_kwargs kw = { .thinking = true, .tools = t };
     char *out = NULL;
     size_t n;
     dt_status st = serve_chat_prompt(m, kind, &kw, &out, &n);
@@ -79,9 +90,21 @@ static void check_refusals(void) {
     const char *user = "[{\"role\": \"user\", \"content\": \"2 + 3?\"}]", *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"add\"}}]";
     refused("tools for ChatML's template", DT_CHAT_CHATML, user, tools, "'tools': the ChatML template renders no tool calls");
     refused("tools for dtrain's plain template", DT_CHAT_NONE, user, tools, "plain chat template renders no tool calls");
-    refused("a tool's message for Llama 3.1's template", DT_CHAT_LLAMA31,
+    refused("a tool's message for Llama 3's template", DT_CHAT_LLAMA3,
             "[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"tool\", \"content\": \"5\"}]", NULL,
-            "'messages' [1]: the Llama 3.1 template renders no tool calls");
+            "'messages' [1]: the Llama 3 template renders no tool calls");
+    refused("two calls in one answer for Llama 3.1's template", DT_CHAT_LLAMA31,
+            "[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
+            "[{\"function\": {\"name\": \"f\", \"arguments\": {}}}, {\"function\": {\"name\": \"g\", \"arguments\": {}}}]}]", tools,
+            "'messages' [1]: 2 tool calls in one answer: Llama 3.1's template writes one");
+    refused("Llama 3.2's tools without a user message to go in", DT_CHAT_LLAMA32, "[{\"role\": \"system\", \"content\": \"s\"}]", tools,
+            "'messages' [1]: the Llama 3.2 template writes the tools into the first user message, and this is the end of the chat");
+    refused("Llama 3.1's tools before an answer, not a user message", DT_CHAT_LLAMA31,
+            "[{\"role\": \"assistant\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"x\"}]", tools,
+            "'messages' [0]: the Llama 3.1 template writes the tools into the first user message, and this is not one");
+    refused("a tool's result without content for Llama 3.1's template", DT_CHAT_LLAMA31,
+            "[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"tool\", \"content\": null}]", tools,
+            "'messages' [1]: a tool's result needs a 'content'");
     refused("an answer's calls for Llama 3's template", DT_CHAT_LLAMA3,
             "[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": null, \"tool_calls\": "
             "[{\"function\": {\"name\": \"f\", \"arguments\": {}}}]}]", NULL, "'messages' [1]: the Llama 3 template");
@@ -99,18 +122,21 @@ static void check_refusals(void) {
 
 /* A stream's text so far: what can go out before the calls are known. */
 static void check_stream_text(void) {
-    static const struct { const char *text; size_t want; } cases[] = {
-        { "Let me add.", 11 }, { "Let me add.\n<tool", 12 }, { "Let me add.\n<tool_call>\n{\"na", 12 }, { "<tool_call", 0 },
-        { "a <b> c <", 8 }, { "", 0 }, { "x <tool_call>y <tool_call>", 2 },
+    static const struct { int form; const char *text; size_t want; } cases[] = {
+        { DT_CHAT_TOOLS_HERMES, "Let me add.", 11 }, { DT_CHAT_TOOLS_HERMES, "Let me add.\n<tool", 12 },
+        { DT_CHAT_TOOLS_HERMES, "Let me add.\n<tool_call>\n{\"na", 12 }, { DT_CHAT_TOOLS_HERMES, "<tool_call", 0 },
+        { DT_CHAT_TOOLS_HERMES, "a <b> c <", 8 }, { DT_CHAT_TOOLS_HERMES, "", 0 }, { DT_CHAT_TOOLS_HERMES, "x <tool_call>y <tool_call>", 2 },
+        { DT_CHAT_TOOLS_JSON, "{\"na", 0 }, { DT_CHAT_TOOLS_JSON, "<|pyth", 0 }, { DT_CHAT_TOOLS_JSON, "<|python_tag|>{", 0 },
+        { DT_CHAT_TOOLS_JSON, "", 0 }, { DT_CHAT_TOOLS_JSON, "Hello {", 7 }, { DT_CHAT_TOOLS_JSON, "<b>", 3 },
     };
     bool ok = true;
     char detail[200] = "";
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-        size_t got = serve_tool_calls_text(cases[k].text, strlen(cases[k].text));
+        size_t got = serve_tool_calls_text(cases[k].form, cases[k].text, strlen(cases[k].text));
         if (got != cases[k].want && ok) snprintf(detail, sizeof detail, "\"%s\": %zu, not %zu", cases[k].text, got, cases[k].want);
         ok = ok && got == cases[k].want;
     }
-    check("a stream sends the text before the first <tool_call>, holding back what could begin one", ok, ok ? NULL : detail);
+    check("a stream sends the text before a call, holding back what could begin one (Qwen's, Llama's)", ok, ok ? NULL : detail);
 }
 
 /* A call's arguments as OpenAI's API sends them (their JSON text) are written as the object itself, as vLLM passes them
@@ -125,7 +151,7 @@ static void check_text_arguments(void) {
                  "\"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"add\", \"arguments\": %s}}]}, {\"role\": \"tool\", "
                  "\"content\": \"5\"}]", as[k]);
         cJSON *m = cJSON_Parse(msgs);
-        dt_chat_kwargs kw = { true, NULL, NULL };
+        dt_chat_kwargs kw = { .thinking = true };
         ok = ok && m && !serve_chat_prompt(m, DT_CHAT_QWEN25, &kw, &out[k], &n);
         cJSON_Delete(m);
     }

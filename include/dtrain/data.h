@@ -88,13 +88,17 @@ dt_status dt_chat_kind_of_template(const char *jinja, const char *where, dt_chat
  * first message; a turn's head (printf's %s: the role); the end of a turn (an answer ends with it); what follows that;
  * Qwen 3's empty think block (NULL: the template has none), which a generation prompt ends with when thinking is off;
  * the system turn's text written where a chat has none (NULL: none); the text every system turn opens with (Llama
- * 3.1's, printf's %s: the date; NULL: none) and whether the server's date is today's (Llama 3.2's); whether a content
+ * 3.1's, printf's %s: the date; NULL: none), the date it names where none is given (the template's own) and whether
+ * the server's date is today's (Llama 3.2's); whether a content
  * is trimmed; whether training scores what follows an answer's end (TRL's training forms of Qwen's templates do), and
- * the newline that ends an answer's head (Qwen 2.5's); whether it renders tool calls (Qwen 2.5's and 3's: the tools in
- * its system turn, an answer's calls as <tool_call> JSON, the tools' results as <tool_response> in a user turn). */
+ * the newline that ends an answer's head (Qwen 2.5's); which tool calls it renders (DT_CHAT_TOOLS_HERMES, Qwen 2.5's
+ * and 3's: the tools in its system turn, an answer's calls as <tool_call> JSON, the tools' results as <tool_response>
+ * in a user turn; DT_CHAT_TOOLS_JSON, Llama 3.1's and 3.2's: the tools in the first user message, or the system turn,
+ * an answer's one call as a JSON object, a tool's result in an ipython turn; 0: none). */
+enum { DT_CHAT_TOOLS_HERMES = 1, DT_CHAT_TOOLS_JSON };
 typedef struct {
     const char *kind, *name;
-    const char *begin, *head, *end, *after, *no_think, *default_system, *preamble;
+    const char *begin, *head, *end, *after, *no_think, *default_system, *preamble, *date;
     int today, trim, after_scored, head_nl_scored, tools;
 } dt_chat_template;
 const dt_chat_template *dt_chat_template_of(dt_chat_kind k);
@@ -109,15 +113,29 @@ enum { DT_CHAT_NO_BLOCK, DT_CHAT_BLOCK, DT_CHAT_BLOCK_IF_REASONING };
 struct cJSON;
 dt_status dt_chat_answer(const dt_chat_template *t, const char *content, const char *reasoning, const struct cJSON *calls, int i, int block,
                          char **out);
-/* Tool calls in Qwen's templates (data/chat_tools.c). Whether a request's or an example's tools are any (a non-empty
- * array); an error naming what where t renders no tool calls; the system turn with the tools (the chat's system
- * message, NULL: none, or t's default text before them) into *out (the caller frees); an answer's calls (message
- * i's; content: the answer's content, after which a newline goes before the first) appended to a growing text as
+/* What a generation prompt may be asked (chat_template_kwargs, as vLLM's server and TRL take them): whether a thinking
+ * model thinks (Qwen 3's enable_thinking, true unless said) and the date a dated system turn names (Llama 3.1's
+ * date_string; NULL: the template's own, which training writes; the server gives Llama 3.2's today's); and the tools
+ * a model may call (a request's "tools", OpenAI's {"type": "function", "function": {...}} objects; NULL: none), and
+ * whether Llama 3.1's tools go in its system turn (tools_in_user_message false; else in the first user message). */
+typedef struct {
+    bool thinking;
+    const char *date;
+    const struct cJSON *tools;
+    bool tools_in_system;
+} dt_chat_kwargs;
+/* Tool calls in a template (data/chat_tools.c: Qwen's; chat_tools_json.c: Llama 3.1's). Whether a request's or an
+ * example's tools are any (a non-empty array); an error naming what where t renders no tool calls; the turns that
+ * hold kw->tools, written before a chat's messages (Qwen's: the system turn, the chat's system message or t's default
+ * text before them; Llama's: its dated system turn and the first user message with them, or with
+ * kw->tools_in_system the tools in the system turn) into *out (the caller frees), *used the leading messages written
+ * in them; an answer's calls (message i's; content: the answer's content, after which a newline goes before the
+ * first; Llama's: the one call alone, its content left out as the template leaves it) appended to a growing text as
  * dt_chat_append, each call's arguments an object or its JSON text (written as the object, as vLLM passes them); a
- * tool's result (m, of messages: consecutive ones share a user turn) into *out. */
+ * tool's result (m, of messages: consecutive ones share a user turn in Qwen's) into *out. */
 bool dt_chat_has_tools(const struct cJSON *tools);
 dt_status dt_chat_tools_check(const dt_chat_template *t, const char *what);
-dt_status dt_chat_tools_turn(const dt_chat_template *t, const struct cJSON *tools, const char *system, char **out);
+dt_status dt_chat_tools_turn(const dt_chat_template *t, const struct cJSON *messages, const dt_chat_kwargs *kw, char **out, int *used);
 dt_status dt_chat_tool_calls(const dt_chat_template *t, const char *content, const struct cJSON *calls, int i, char **buf, size_t *len,
                              size_t *cap);
 dt_status dt_chat_tool_result(const dt_chat_template *t, const struct cJSON *messages, const struct cJSON *m, int i, char **out);
@@ -134,15 +152,6 @@ dt_status dt_chat_system_turn(const dt_chat_template *t, const char *system, con
 /* Today's date as Llama 3.2's template writes it (strftime's "%d %b %Y", local time) into buf. */
 void dt_chat_today(char buf[32]);
 struct cJSON;
-/* What a generation prompt may be asked (chat_template_kwargs, as vLLM's server and TRL take them): whether a thinking
- * model thinks (Qwen 3's enable_thinking, true unless said) and the date a dated system turn names (Llama 3.1's
- * date_string; NULL: the template's own, which training writes; the server gives Llama 3.2's today's); and the tools
- * a model may call (a request's "tools", OpenAI's {"type": "function", "function": {...}} objects; NULL: none). */
-typedef struct {
-    bool thinking;
-    const char *date;
-    const struct cJSON *tools;
-} dt_chat_kwargs;
 /* A chat's messages ({"role": system, developer, user, assistant or tool, "content": a text or text parts}; an
  * assistant's reasoning_content and tool_calls, OpenAI's {"function": {"name", "arguments"}} with the arguments an
  * object or its JSON text, written as an object as vLLM passes them) as the prompt a model answers, by template t
@@ -150,12 +159,15 @@ typedef struct {
  * assistant's head last; into *out (the caller frees), *len its bytes. Bad messages are refused naming the message;
  * tools, a tool's message or an answer's calls where t renders none are refused. */
 dt_status dt_chat_prompt(const dt_chat_template *t, const struct cJSON *messages, const dt_chat_kwargs *kw, char **out, size_t *len);
-/* chat_template_kwargs o (an object; NULL or null: none) into *kw: enable_thinking (true or false) and date_string (a
- * text of at most 63 bytes, kw->date pointing into o); anything else is an error saying what it holds. */
+/* chat_template_kwargs o (an object; NULL or null: none) into *kw: enable_thinking (true or false), date_string (a
+ * text of at most 63 bytes, kw->date pointing into o) and tools_in_user_message (true or false); anything else is an
+ * error saying what it holds. */
 dt_status dt_chat_kwargs_read(const struct cJSON *o, dt_chat_kwargs *kw);
 /* A JSON value as a template's tojson writes it (Python's json.dumps: ", " and ": " between, text beyond ASCII as it
  * is), appended to a growing text as dt_chat_append (data/chat_tojson.c). */
 dt_status dt_chat_tojson(const struct cJSON *v, char **buf, size_t *len, size_t *cap);
+/* The same as json.dumps(indent=indent) writes it: each item on its own line, "," and ": " between. */
+dt_status dt_chat_tojson_indent(const struct cJSON *v, int indent, char **buf, size_t *len, size_t *cap);
 /* A message's content as one text (a string, or {"type": "text", "text"} parts joined; message i, for the error)
  * appended to a growing text (*buf of *len bytes, room for *cap, NUL-terminated), and any bytes so. */
 dt_status dt_chat_message_text(const struct cJSON *content, int i, char **buf, size_t *len, size_t *cap);

@@ -39,21 +39,25 @@ dt_status dt_chat_message_text(const cJSON *c, int i, char **buf, size_t *len, s
 }
 
 /* The template's own system turn (Qwen 2.5's where the chat has none, Llama 3.1's always: its date kw's, else the
- * template's own; Qwen's with the tools); *skip: the chat's first message is written in it. */
+ * template's own; with tools the turns that hold them); *skip: the chat's first messages written in it. */
 static dt_status system_turn(const dt_chat_template *t, const cJSON *messages, const dt_chat_kwargs *kw, char **buf, size_t *len,
-                             size_t *cap, bool *skip) {
+                             size_t *cap, int *skip) {
     const cJSON *m0 = cJSON_GetArrayItem(messages, 0), *r0 = cJSON_GetObjectItemCaseSensitive(m0, "role");
     bool system0 = cJSON_IsString(r0) && (!strcmp(r0->valuestring, "system") || !strcmp(r0->valuestring, "developer"));
-    bool tools = dt_chat_has_tools(kw->tools);
     char *sys0 = NULL, *sys = NULL;
     size_t n0 = 0, c0 = 0;
+    *skip = 0;
+    if (dt_chat_has_tools(kw->tools)) {
+        dt_status st = dt_chat_tools_turn(t, messages, kw, &sys, skip);
+        if (!st) st = dt_chat_append(buf, len, cap, sys, strlen(sys));
+        free(sys);
+        return st;
+    }
     /* (its text matters only to a template that writes it into its own turn; the others write it as any message) */
-    dt_status st = system0 && (t->preamble || tools) ? dt_chat_message_text(cJSON_GetObjectItemCaseSensitive(m0, "content"), 0, &sys0, &n0, &c0)
-                                                     : DT_OK;
-    if (!st) st = tools ? dt_chat_tools_turn(t, kw->tools, system0 ? (sys0 ? sys0 : "") : NULL, &sys)
-                        : dt_chat_system_turn(t, system0 ? (sys0 ? sys0 : "") : NULL, kw->date, &sys);
+    dt_status st = system0 && t->preamble ? dt_chat_message_text(cJSON_GetObjectItemCaseSensitive(m0, "content"), 0, &sys0, &n0, &c0) : DT_OK;
+    if (!st) st = dt_chat_system_turn(t, system0 ? (sys0 ? sys0 : "") : NULL, kw->date, &sys);
     if (!st && sys) st = dt_chat_append(buf, len, cap, sys, strlen(sys));
-    *skip = system0 && ((sys && t->preamble) || tools);
+    *skip = system0 && sys && t->preamble;
     free(sys0), free(sys);
     return st;
 }
@@ -100,10 +104,10 @@ static dt_status render(const dt_chat_template *t, const cJSON *messages, const 
     dt_status st = dt_chat_append(buf, len, cap, t->begin, strlen(t->begin));
     int i = 0, n = cJSON_GetArraySize(messages), last_query = dt_chat_last_query(messages);
     const cJSON *m;
-    bool skip = false;
+    int skip = 0;
     if (!st) st = system_turn(t, messages, kw, buf, len, cap, &skip);
     cJSON_ArrayForEach(m, messages) {
-        if (!st && !(skip && i == 0)) st = message(t, messages, m, i, n, last_query, buf, len, cap);
+        if (!st && i >= skip) st = message(t, messages, m, i, n, last_query, buf, len, cap);
         i++;
     }
     char head[96];
@@ -120,9 +124,10 @@ dt_status dt_chat_kwargs_read(const cJSON *o, dt_chat_kwargs *kw) {
     for (const cJSON *f = o->child; f; f = f->next) {
         if (!strcmp(f->string, "enable_thinking") && cJSON_IsBool(f)) kw->thinking = cJSON_IsTrue(f);
         else if (!strcmp(f->string, "date_string") && cJSON_IsString(f) && strlen(f->valuestring) < 64) kw->date = f->valuestring;
+        else if (!strcmp(f->string, "tools_in_user_message") && cJSON_IsBool(f)) kw->tools_in_system = cJSON_IsFalse(f);
         else
-            return dt_error(DT_ERR_ARG, "holds '%s': enable_thinking (true or false) and date_string (a text of at most 63 bytes) "
-                            "are read, nothing else", f->string);
+            return dt_error(DT_ERR_ARG, "holds '%s': enable_thinking (true or false), date_string (a text of at most 63 bytes) and "
+                            "tools_in_user_message (true or false) are read, nothing else", f->string);
     }
     return DT_OK;
 }

@@ -18,6 +18,7 @@
  *           writes today's where it can (transformers' strftime_now), which the server does (a request's
  *           chat_template_kwargs.date_string instead), while training writes the template's own fallback, the same
  *           date, so that a data set tokenizes alike every day (TRL has no training form of either: scored as Llama 3).
+ *           With tools (chat_tools_json.c) their JSON calls; Qwen 2.5's and 3's Hermes calls (chat_tools.c).
  * Which one a model has: its tokenizer_config.json's chat_template, recognised by its markers. */
 #include "dtrain/data.h"
 #include "dtrain/io.h"
@@ -42,11 +43,11 @@ static const dt_chat_template templates[] = {
     [DT_CHAT_CHATML] = { .kind = "chatml", .name = "ChatML", CHATML_PIECES },
     [DT_CHAT_LLAMA3] = { .kind = "llama3", .name = "Llama 3", LLAMA3_PIECES },
     [DT_CHAT_QWEN3] = { .kind = "qwen3", .name = "Qwen 3 (thinking; its reasoning in reasoning_content)", CHATML_PIECES,
-                        .no_think = "<think>\n\n</think>\n\n", .after_scored = 1, .tools = 1 },
+                        .no_think = "<think>\n\n</think>\n\n", .after_scored = 1, .tools = DT_CHAT_TOOLS_HERMES },
     [DT_CHAT_QWEN25] = { .kind = "qwen2.5", .name = "Qwen 2.5", CHATML_PIECES, .default_system = QWEN25_SYSTEM, .after_scored = 1,
-                         .head_nl_scored = 1, .tools = 1 },
-    [DT_CHAT_LLAMA31] = { .kind = "llama3.1", .name = "Llama 3.1", LLAMA3_PIECES, .preamble = LLAMA31_PREAMBLE },
-    [DT_CHAT_LLAMA32] = { .kind = "llama3.2", .name = "Llama 3.2", LLAMA3_PIECES, .preamble = LLAMA31_PREAMBLE, .today = 1 },
+                         .head_nl_scored = 1, .tools = DT_CHAT_TOOLS_HERMES },
+    [DT_CHAT_LLAMA31] = { .kind = "llama3.1", .name = "Llama 3.1", LLAMA3_PIECES, .preamble = LLAMA31_PREAMBLE, .date = LLAMA31_DATE, .tools = DT_CHAT_TOOLS_JSON },
+    [DT_CHAT_LLAMA32] = { .kind = "llama3.2", .name = "Llama 3.2", LLAMA3_PIECES, .preamble = LLAMA31_PREAMBLE, .date = LLAMA31_DATE, .today = 1, .tools = DT_CHAT_TOOLS_JSON },
     [DT_CHAT_QWEN2] = { .kind = "qwen2", .name = "Qwen 2", CHATML_PIECES, .default_system = QWEN2_SYSTEM },
     [DT_CHAT_SMOLLM2] = { .kind = "smollm2", .name = "SmolLM2", CHATML_PIECES, .default_system = SMOLLM2_SYSTEM },
 };
@@ -181,7 +182,7 @@ dt_status dt_chat_system_turn(const dt_chat_template *t, const char *system, con
     if (system) dt_chat_content(t, system, &c, &n);
     char head[96], pre[160] = "";
     snprintf(head, sizeof head, t->head, "system");
-    if (t->preamble) snprintf(pre, sizeof pre, t->preamble, date ? date : LLAMA31_DATE);
+    if (t->preamble) snprintf(pre, sizeof pre, t->preamble, date ? date : t->date);
     size_t len = strlen(head) + strlen(pre) + n + strlen(t->end) + strlen(t->after);
     char *o = malloc(len + 1);
     if (!o) return dt_error(DT_ERR_NOMEM, "out of memory for a chat's system turn");

@@ -1,6 +1,7 @@
 /* A JSON value as a chat template's tojson writes it (transformers' filter: Python's json.dumps with ensure_ascii off,
  * its default separators ", " and ": ", the keys in their order), so that a prompt holding a tool's schema or a call's
- * arguments is the template's byte for byte. Numbers: whole ones as integers, others by the shortest digits that read
+ * arguments is the template's byte for byte; with an indent (Llama 3.1's tojson(indent=4)) each item on its own line, ","
+ * after it, as Python writes it then. Numbers: whole ones as integers, others by the shortest digits that read
  * back (Python's repr); a whole number written 1.0 in the request comes out 1 (cJSON keeps no such difference). */
 #include "dtrain/data.h"
 
@@ -39,7 +40,8 @@ static dt_status put_number(char **buf, size_t *len, size_t *cap, double v) {
     return put(buf, len, cap, s);
 }
 
-dt_status dt_chat_tojson(const cJSON *v, char **buf, size_t *len, size_t *cap) {
+/* v as json.dumps(v, indent=indent) writes it at depth level (indent 0: on one line, ", " between items). */
+static dt_status tojson(const cJSON *v, int indent, int level, char **buf, size_t *len, size_t *cap) {
     if (cJSON_IsString(v)) return put_string(buf, len, cap, v->valuestring);
     if (cJSON_IsNumber(v)) return put_number(buf, len, cap, v->valuedouble);
     if (cJSON_IsBool(v)) return put(buf, len, cap, cJSON_IsTrue(v) ? "true" : "false");
@@ -48,10 +50,18 @@ dt_status dt_chat_tojson(const cJSON *v, char **buf, size_t *len, size_t *cap) {
     if (!object && !cJSON_IsArray(v)) return dt_error(DT_ERR_ARG, "not a JSON value");
     dt_status st = put(buf, len, cap, object ? "{" : "[");
     for (const cJSON *c = v->child; !st && c; c = c->next) {
-        if (c != v->child) st = put(buf, len, cap, ", ");
+        if (c != v->child) st = put(buf, len, cap, indent ? "," : ", ");
+        if (!st && indent) st = put(buf, len, cap, "\n");
+        for (int k = 0; !st && k < indent * (level + 1); k++) st = put(buf, len, cap, " ");
         if (!st && object) st = put_string(buf, len, cap, c->string);
         if (!st && object) st = put(buf, len, cap, ": ");
-        if (!st) st = dt_chat_tojson(c, buf, len, cap);
+        if (!st) st = tojson(c, indent, level + 1, buf, len, cap);
     }
+    if (!st && indent && v->child) st = put(buf, len, cap, "\n"); /* (an empty one stays {} or []) */
+    for (int k = 0; !st && indent && v->child && k < indent * level; k++) st = put(buf, len, cap, " ");
     return st ? st : put(buf, len, cap, object ? "}" : "]");
 }
+
+dt_status dt_chat_tojson(const cJSON *v, char **buf, size_t *len, size_t *cap) { return tojson(v, 0, 0, buf, len, cap); }
+
+dt_status dt_chat_tojson_indent(const cJSON *v, int indent, char **buf, size_t *len, size_t *cap) { return tojson(v, indent, 0, buf, len, cap); }

@@ -2,8 +2,9 @@
  * (after the chat's system message, or Qwen 2.5's default text, and a blank line; each tool a line of JSON as tojson
  * writes it), an answer's calls as "<tool_call>\n{"name": NAME, "arguments": JSON}\n</tool_call>" after its content,
  * and the tools' results as "<tool_response>" blocks, consecutive ones in one user turn. The server's prompts,
- * supervised fine-tuning's rows and DPO's pairs are rendered by these. */
-#include "dtrain/data.h"
+ * supervised fine-tuning's rows and DPO's pairs are rendered by these, which hand Llama 3.1's form to
+ * chat_tools_json.c. */
+#include "chat_tools_internal.h"
 #include "io/json_text.h"
 
 #include <cjson/cJSON.h>
@@ -25,16 +26,17 @@ bool dt_chat_has_tools(const cJSON *tools) { return cJSON_IsArray(tools) && cJSO
 
 dt_status dt_chat_tools_check(const dt_chat_template *t, const char *what) {
     if (t->tools) return DT_OK;
-    return dt_error(DT_ERR_ARG, "%s: the %s template renders no tool calls in this build (Qwen 2.5's and Qwen 3's do)", what, t->name);
+    return dt_error(DT_ERR_ARG, "%s: the %s template renders no tool calls in this build (Qwen 2.5's, Qwen 3's, Llama 3.1's and "
+                    "3.2's do)", what, t->name);
 }
 
-dt_status dt_chat_tools_turn(const dt_chat_template *t, const cJSON *tools, const char *system, char **out) {
+/* Qwen's system turn with the tools (system: the chat's system message, NULL: none). */
+static dt_status hermes_turn(const dt_chat_template *t, const cJSON *tools, const char *system, char **out) {
     char head[96], *buf = NULL;
     size_t len = 0, cap = 0;
     snprintf(head, sizeof head, t->head, "system");
     const char *before = system ? system : t->default_system;
-    dt_status st = dt_chat_tools_check(t, "'tools'");
-    if (!st) st = put(&buf, &len, &cap, head);
+    dt_status st = put(&buf, &len, &cap, head);
     if (!st && before && !(st = put(&buf, &len, &cap, before))) st = put(&buf, &len, &cap, "\n\n");
     if (!st) st = put(&buf, &len, &cap, TOOLS_HEAD);
     int k = 0;
@@ -46,6 +48,39 @@ dt_status dt_chat_tools_turn(const dt_chat_template *t, const cJSON *tools, cons
     if (st) free(buf), buf = NULL;
     *out = buf;
     return st;
+}
+
+dt_status dt_chat_tools_turn(const dt_chat_template *t, const cJSON *messages, const dt_chat_kwargs *kw, char **out, int *used) {
+    const cJSON *m = messages->child, *r = cJSON_GetObjectItemCaseSensitive(m, "role");
+    bool system0 = cJSON_IsString(r) && (!strcmp(r->valuestring, "system") || !strcmp(r->valuestring, "developer"));
+    char *system = NULL;
+    size_t n = 0, cap = 0;
+    bool with_user = false;
+    *out = NULL, *used = 0;
+    dt_status st = dt_chat_tools_check(t, "'tools'");
+    if (!st && system0 && !(st = dt_chat_message_text(cJSON_GetObjectItemCaseSensitive(m, "content"), 0, &system, &n, &cap)) && !system)
+        st = dt_chat_append(&system, &n, &cap, "", 0);
+    if (!st && t->tools == DT_CHAT_TOOLS_JSON)
+        st = dt_chat_json_tools_turn(t, kw->tools, system, system0 ? m->next : m, system0, kw, out, &with_user);
+    else if (!st) st = hermes_turn(t, kw->tools, system, out);
+    if (!st) *used = system0 + with_user;
+    free(system);
+    return st;
+}
+
+dt_status dt_chat_call_parts(const cJSON *call, int i, int k, const char **name, const cJSON **args, cJSON **parsed) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(call, "function");
+    f = f ? f : call;
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(f, "name"), *a = cJSON_GetObjectItemCaseSensitive(f, "arguments");
+    /* the arguments' JSON text parsed, as vLLM passes them to the template */
+    *parsed = cJSON_IsString(a) ? dt_json_parse_whole(a->valuestring) : NULL;
+    if (!cJSON_IsString(nm) || !(cJSON_IsObject(a) || cJSON_IsObject(*parsed))) {
+        cJSON_Delete(*parsed), *parsed = NULL;
+        return dt_error(DT_ERR_ARG, "'messages' [%d]: tool call %d needs a function's \"name\" and its \"arguments\" (an object, or "
+                        "its JSON text)", i, k);
+    }
+    *name = nm->valuestring, *args = *parsed ? *parsed : a;
+    return DT_OK;
 }
 
 /* Whether an answer has content beside its calls (Qwen 3's: after its think block, the newlines after it left out). */
@@ -61,22 +96,17 @@ dt_status dt_chat_tool_calls(const dt_chat_template *t, const char *content, con
     char what[40];
     snprintf(what, sizeof what, "'messages' [%d]", i);
     dt_status st = dt_chat_tools_check(t, what);
+    if (!st && t->tools == DT_CHAT_TOOLS_JSON) return dt_chat_json_tool_call(calls, i, buf, len, cap);
     bool newline = has_content(t, content);
     int k = 0;
     for (const cJSON *c = calls->child; !st && c; c = c->next, k++) {
-        const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function");
-        f = f ? f : c;
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name"), *args = cJSON_GetObjectItemCaseSensitive(f, "arguments");
-        /* the arguments' JSON text parsed, as vLLM passes them to the template */
-        cJSON *parsed = cJSON_IsString(args) ? dt_json_parse_whole(args->valuestring) : NULL;
-        if (!cJSON_IsString(name) || !(cJSON_IsObject(args) || cJSON_IsObject(parsed))) {
-            cJSON_Delete(parsed);
-            return dt_error(DT_ERR_ARG, "'messages' [%d]: tool call %d needs a function's \"name\" and its \"arguments\" (an object, or "
-                            "its JSON text)", i, k);
-        }
+        const char *name;
+        const cJSON *args;
+        cJSON *parsed;
+        if ((st = dt_chat_call_parts(c, i, k, &name, &args, &parsed))) return st;
         if (newline || k) st = put(buf, len, cap, "\n");
-        if (!st && !(st = put(buf, len, cap, "<tool_call>\n{\"name\": \"")) && !(st = put(buf, len, cap, name->valuestring)) &&
-            !(st = put(buf, len, cap, "\", \"arguments\": ")) && !(st = dt_chat_tojson(parsed ? parsed : args, buf, len, cap)))
+        if (!st && !(st = put(buf, len, cap, "<tool_call>\n{\"name\": \"")) && !(st = put(buf, len, cap, name)) &&
+            !(st = put(buf, len, cap, "\", \"arguments\": ")) && !(st = dt_chat_tojson(args, buf, len, cap)))
             st = put(buf, len, cap, "}\n</tool_call>");
         cJSON_Delete(parsed);
     }
@@ -92,6 +122,7 @@ dt_status dt_chat_tool_result(const dt_chat_template *t, const cJSON *messages, 
     snprintf(head, sizeof head, t->head, "user");
     snprintf(what, sizeof what, "'messages' [%d]", i);
     dt_status st = dt_chat_tools_check(t, what);
+    if (!st && t->tools == DT_CHAT_TOOLS_JSON) return dt_chat_json_tool_result(t, m, i, out);
     if (!st && first) st = dt_chat_append(&buf, &len, &cap, head, strlen(head) - 1); /* (its newline each result's) */
     if (!st) st = put(&buf, &len, &cap, "\n<tool_response>\n");
     if (!st) st = dt_chat_message_text(cJSON_GetObjectItemCaseSensitive(m, "content"), i, &buf, &len, &cap);

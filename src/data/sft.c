@@ -57,22 +57,24 @@ static dt_status put(seq *s, dt_bpe *tok, const char *text, size_t len, int scor
 
 static dt_status put_str(seq *s, dt_bpe *tok, const char *text, int scored) { return put(s, tok, text, strlen(text), scored); }
 
-/* The template's own system turn (Qwen 2.5's where a chat has none, Llama 3.1's always; with tools, Qwen's with them)
- * unscored; the chat's first message when it is written in it skipped (*m moved on). */
-static dt_status system_turn(const cJSON *tools, const dt_chat_template *t, dt_bpe *tok, const char *where, seq *s, const cJSON **m) {
+/* The template's own system turn (Qwen 2.5's where a chat has none, Llama 3.1's always; with tools, the turns that
+ * hold them) unscored; the chat's first messages written in it skipped (*m moved on, *k counting them). */
+static dt_status system_turn(const cJSON *msgs, const cJSON *tools, const dt_chat_template *t, dt_bpe *tok, const char *where, seq *s,
+                             const cJSON **m, int *k) {
     const cJSON *r0 = *m ? cJSON_GetObjectItemCaseSensitive(*m, "role") : NULL, *c0 = *m ? cJSON_GetObjectItemCaseSensitive(*m, "content") : NULL;
-    bool system0 = cJSON_IsString(r0) && !strcmp(r0->valuestring, "system") && cJSON_IsString(c0), with = dt_chat_has_tools(tools);
+    bool system0 = cJSON_IsString(r0) && !strcmp(r0->valuestring, "system") && cJSON_IsString(c0);
     char *sys = NULL;
-    dt_status st = with ? dt_chat_tools_turn(t, tools, system0 ? c0->valuestring : NULL, &sys)
-                        : dt_chat_system_turn(t, system0 ? c0->valuestring : NULL, NULL, &sys);
+    int used = system0 && t->preamble; /* (Llama 3.1's writes the system message in it) */
+    dt_status st = dt_chat_has_tools(tools) ? dt_chat_tools_turn(t, msgs, &(dt_chat_kwargs){ .tools = tools }, &sys, &used)
+                                            : dt_chat_system_turn(t, system0 ? c0->valuestring : NULL, NULL, &sys);
     if (st) return dt_error(st, "%s: %s", where, dt_last_error());
     if (sys) st = put_str(s, tok, sys, 0);
-    if (sys && system0 && (t->preamble || with)) *m = (*m)->next; /* written in it */
+    for (*k = 0; sys && *k < used; (*k)++) *m = (*m)->next; /* written in it */
     free(sys);
     return st;
 }
 
-/* A tool's result (Qwen's templates), unscored. */
+/* A tool's result, unscored. */
 static dt_status tool_result(const cJSON *msgs, const cJSON *m, int k, const dt_chat_template *t, dt_bpe *tok, const char *where, seq *s) {
     char *text = NULL;
     dt_status st = dt_chat_tool_result(t, msgs, m, k, &text);
@@ -88,9 +90,10 @@ static dt_status tool_result(const cJSON *msgs, const cJSON *m, int k, const dt_
 static dt_status render_turns(const cJSON *msgs, const cJSON *tools, const dt_chat_template *t, dt_bpe *tok, const char *where, bool first,
                               bool score, seq *s, int *assistants) {
     const cJSON *m = msgs->child;
+    int k = 0;
     dt_status st = first ? put_str(s, tok, t->begin, 0) : DT_OK;
-    if (!st && first) st = system_turn(tools, t, tok, where, s, &m);
-    for (int k = m != msgs->child; m && !st; m = m->next, k++) {
+    if (!st && first) st = system_turn(msgs, tools, t, tok, where, s, &m, &k);
+    for (; m && !st; m = m->next, k++) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
         bool answer = cJSON_IsString(role) && !strcmp(role->valuestring, "assistant"), calling = answer && dt_chat_has_tools(calls);

@@ -183,9 +183,15 @@ static void stream_chunk(conn_state *cs, const char *text, size_t n, const char 
     free(s);
 }
 
+/* The form of tool calls the model's template writes (dt_chat_template.tools). */
+static int tool_form(const conn_state *cs) {
+    const dt_chat_template *t = dt_chat_template_of(cs->h->vocab->chat);
+    return t ? t->tools : 0;
+}
+
 /* The whole answer, its content n bytes at text (and its reasoning): with tools, its calls read from the content. */
 static void whole_answer(conn_state *cs, const char *text, size_t n, const char *reasoning, size_t rn) {
-    cJSON *calls = cs->job->p.chat && cs->job->p.tools ? serve_tool_calls(text, n, cs->id, &n) : NULL;
+    cJSON *calls = cs->job->p.chat && cs->job->p.tools ? serve_tool_calls(tool_form(cs), text, n, cs->id, &n) : NULL;
     char *s = completion_json(cs, text, n, reasoning, rn, calls ? "tool_calls" : finish_reason(cs->job), true, calls);
     out_append(cs, s, "\n", NULL);
     free(s);
@@ -196,8 +202,8 @@ static void whole_answer(conn_state *cs, const char *text, size_t n, const char 
  * blocks held back); once done, the calls read from it in one chunk (OpenAI's deltas, each with its index), or the
  * held text where it makes none. */
 static void stream_with_tools(conn_state *cs, const char *text, size_t c0, size_t end, bool done) {
-    size_t upto = c0 + serve_tool_calls_text(text + c0, end - c0), n = end - c0;
-    cJSON *calls = done ? serve_tool_calls(text + c0, end - c0, cs->id, &n) : NULL, *c;
+    size_t upto = c0 + serve_tool_calls_text(tool_form(cs), text + c0, end - c0), n = end - c0;
+    cJSON *calls = done ? serve_tool_calls(tool_form(cs), text + c0, end - c0, cs->id, &n) : NULL, *c;
     if (done) upto = c0 + n;
     if (upto > c0 + cs->sent_c) stream_chunk(cs, text + c0 + cs->sent_c, upto - c0 - cs->sent_c, NULL, 0, NULL);
     cs->sent_c = upto - c0;

@@ -124,7 +124,7 @@ static dt_status read_tools(const cJSON *o, const serve_vocab *v, serve_params *
         return bad(param, "tool_choice", "'%s' is not supported by this server%s", " (auto or none)");
     if (!dt_chat_has_tools(tools) || (cJSON_IsString(choice) && !strcmp(choice->valuestring, "none"))) return DT_OK;
     if (!t || !t->tools)
-        return bad(param, "tools", "'%s': this model's chat template (%s) renders no tool calls in this build (Qwen 2.5's and Qwen 3's do)",
+        return bad(param, "tools", "'%s': this model's chat template (%s) renders no tool calls in this build (Qwen 2.5's, Qwen 3's, Llama 3.1's and 3.2's do)",
                    t ? t->name : "dtrain's plain one");
     kw->tools = tools, p->tools = true;
     return DT_OK;
