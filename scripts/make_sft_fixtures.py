@@ -135,20 +135,56 @@ CHATML_WITH_SYSTEM = ("{% for message in messages %}{% if loop.first and message
                       "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 SYSTEMS = {"qwen2": "You are a helpful assistant.", "smollm2": "You are a helpful AI assistant named SmolLM, trained by Hugging Face"}
 # Llama 3.1's and 3.2's training form: TRL's Llama 3 training form with their system turn (the knowledge cut-off, the
-# date, the chat's system message trimmed)
+# date, the chat's system message trimmed) and their tools (as their templates write them, the answer's call scored)
 LLAMA31_TRAINING = """{{- bos_token }}
 {%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content']|trim %}{%- set messages = messages[1:] %}
 {%- else %}{%- set system_message = "" %}{%- endif %}
-{{- "<|start_header_id|>system<|end_header_id|>\\n\\nCutting Knowledge Date: December 2023\\nToday Date: 26 Jul 2024\\n\\n" }}
+{{- "<|start_header_id|>system<|end_header_id|>\\n\\n" }}{%- if tools %}{{- "Environment: ipython\\n" }}{%- endif %}
+{{- "Cutting Knowledge Date: December 2023\\nToday Date: 26 Jul 2024\\n\\n" }}
 {{- system_message + "<|eot_id|>" }}
+{%- if tools %}
+    {%- set first_user_message = messages[0]['content']|trim %}{%- set messages = messages[1:] %}
+    {{- '<|start_header_id|>user<|end_header_id|>\\n\\n' }}
+    {{- "Given the following functions, please respond with a JSON for a function call " }}
+    {{- "with its proper arguments that best answers the given prompt.\\n\\n" }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\\n\\n" }}
+    {%- for t in tools %}{{- t | tojson(indent=4) }}{{- "\\n\\n" }}{%- endfor %}
+    {{- first_user_message + "<|eot_id|>" }}
+{%- endif %}
 {%- for message in messages %}
     {%- if message['role'] == 'assistant' %}
         {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}
-        {%- generation %}{{- message['content'] | trim + '<|eot_id|>' }}{%- endgeneration %}
+        {%- generation %}
+        {%- if message.tool_calls %}
+            {{- '{"name": "' + message.tool_calls[0].function.name + '", "parameters": ' }}
+            {{- message.tool_calls[0].function.arguments | tojson }}{{- "}" }}
+        {%- else %}{{- message['content'] | trim }}{%- endif %}
+        {{- '<|eot_id|>' }}{%- endgeneration %}
+    {%- elif message['role'] == 'tool' %}
+        {{- "<|start_header_id|>ipython<|end_header_id|>\\n\\n" + message['content'] | tojson + "<|eot_id|>" }}
     {%- else %}
         {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}
     {%- endif %}
 {%- endfor %}"""
+# Llama 3.1's and 3.2's with tools (their templates write one call an answer, its content left out; a tool's result
+# as an ipython turn, a text quoted by tojson; the tools in the first user message, or with tools_in_user_message
+# false in the system turn)
+LLAMA_TOOL_CHATS = [
+    {"messages": [{"role": "user", "content": "2 + 3?"}, {"role": "assistant", "content": None, "tool_calls": [ADD]},
+                  {"role": "tool", "content": "5"}, {"role": "assistant", "content": "It is 5."}], "tools": TOOLS},
+    {"messages": [{"role": "system", "content": " Be brief. "}, {"role": "user", "content": " 2 + 3, then? "},
+                  {"role": "assistant", "content": "Adding.", "tool_calls": [ADD]}, {"role": "tool", "content": "{\"sum\": 5}"},
+                  {"role": "assistant", "content": " 5. "}], "tools": json.dumps(TOOLS)},
+]
+LLAMA_TOOL_PROMPTS = [
+    {"messages": [{"role": "user", "content": " Weather in Paris? "}], "tools": TOOLS},
+    {"messages": [{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "2 + 3?"},
+                  {"role": "assistant", "content": "Let me add.", "tool_calls": [ADD]}, {"role": "tool", "content": "{\"sum\": 5}"},
+                  {"role": "assistant", "content": "5."}, {"role": "user", "content": "Thanks."}], "tools": TOOLS},
+    {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather?"}], "tools": TOOLS,
+     "kwargs": {"tools_in_user_message": False}},
+]
 # Llama's chats: short (the fixture's small vocabulary spends many tokens on 3.1's system turn), a system message with
 # spaces around it (trimmed)
 LLAMA_CHATS = [
@@ -231,8 +267,10 @@ def template_case(folder, out, name, chats, prompts, template=None, training=Non
     tok.chat_template = template
     if training:
         for c in chats:
-            a = tok.apply_chat_template(c, tokenize=False, date_string="26 Jul 2024")
-            b = tok.apply_chat_template(c, tokenize=False, chat_template=training)
+            m, tools = (c["messages"], c["tools"]) if isinstance(c, dict) else (c, None)
+            tools = json.loads(tools) if isinstance(tools, str) else tools
+            a = tok.apply_chat_template(m, tokenize=False, date_string="26 Jul 2024", tools=tools)
+            b = tok.apply_chat_template(m, tokenize=False, chat_template=training, tools=tools)
             assert a == b, f"{name}: the training form renders {b!r}, the template {a!r}"
         tok.chat_template = training
     with open(os.path.join(out, name + "_chat.jsonl"), "w") as f:
@@ -259,11 +297,13 @@ def template_case(folder, out, name, chats, prompts, template=None, training=Non
     cases = []
     for m in prompts:
         tools = m.get("tools") if isinstance(m, dict) else None
+        extra = m.get("kwargs", {}) if isinstance(m, dict) else {}
         m = m["messages"] if isinstance(m, dict) else m
         for think in (True, False):
             for date in dates:
                 kw = {"date_string": date} if date else {}
                 kw.update({"tools": tools} if tools else {})
+                kw.update(extra)
                 ids = tok.apply_chat_template(m, tokenize=True, return_dict=True, add_generation_prompt=True, enable_thinking=think, **kw)
                 cases.append(dict(messages=m, enable_thinking=think, **kw, ids=list(ids["input_ids"]),
                                   text=tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True, enable_thinking=think, **kw)))
@@ -285,11 +325,12 @@ def template_cases(folder, names):
         "qwen3": lambda: template_case(folder, OUT, "qwen3", QWEN3_CHATS + TOOL_CHATS, QWEN3_PROMPTS + TOOL_PROMPTS, seq=1023),
         "qwen2_5": lambda: template_case(folder, OUT, "qwen2_5", QWEN25_CHATS + TOOL_CHATS, QWEN25_PROMPTS + TOOL_PROMPTS, seq=1023),
         "llama3": lambda: template_case(folder, OUT, "llama3", LLAMA_CHATS, LLAMA_PROMPTS, **llama),
-        "llama3_1": lambda: template_case(folder, OUT, "llama3_1", LLAMA_CHATS, LLAMA_PROMPTS, training=LLAMA31_TRAINING,
-                                          dates=(None, "01 Jan 2025"), **llama),
+        # (rows of 1024 for the chats with tools)
+        "llama3_1": lambda: template_case(folder, OUT, "llama3_1", LLAMA_CHATS + LLAMA_TOOL_CHATS, LLAMA_PROMPTS + LLAMA_TOOL_PROMPTS,
+                                          training=LLAMA31_TRAINING, dates=(None, "01 Jan 2025"), **dict(llama, seq=1023)),
         # 3.2's own date is today's: every prompt names one
-        "llama3_2": lambda: template_case(folder, OUT, "llama3_2", LLAMA_CHATS, LLAMA_PROMPTS, training=LLAMA31_TRAINING,
-                                          dates=("26 Jul 2024", "01 Jan 2025"), **llama),
+        "llama3_2": lambda: template_case(folder, OUT, "llama3_2", LLAMA_CHATS + LLAMA_TOOL_CHATS, LLAMA_PROMPTS + LLAMA_TOOL_PROMPTS,
+                                          training=LLAMA31_TRAINING, dates=("26 Jul 2024", "01 Jan 2025"), **dict(llama, seq=1023)),
     }
     for n, system in SYSTEMS.items():
         cases[n] = (lambda n, system: lambda: template_case(

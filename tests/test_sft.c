@@ -499,8 +499,8 @@ int main(int argc, char **argv) {
     check_template(dir, "qwen2", DT_CHAT_QWEN2, 4, 6);
     check_template(dir, "smollm2", DT_CHAT_SMOLLM2, 4, 6);
     check_template(dir, "llama3", DT_CHAT_LLAMA3, 3, 6);
-    check_template(dir, "llama3_1", DT_CHAT_LLAMA31, 3, 12);
-    check_template(dir, "llama3_2", DT_CHAT_LLAMA32, 3, 12);
+    check_template(dir, "llama3_1", DT_CHAT_LLAMA31, 5, 24);
+    check_template(dir, "llama3_2", DT_CHAT_LLAMA32, 5, 24);
     check_today();
     {
         char path[] = "/tmp/dtrain_grpo_plain_XXXXXX.jsonl";
