@@ -15,12 +15,18 @@ Writes tests/fixtures/dpo/:
   chat.safetensors       of the policy on them, as policy.safetensors: "loss", "grad.<name>", "ids.<k>", "mask.<k>"
   implicit.jsonl         pairs without "prompt" (HH-RLHF's form: the prompt at the start of both), texts and turns
   implicit.safetensors   TRL's rows of them (extract_prompt's split), "loss"
+  tools_<name>.jsonl     conversational pairs with tools (a call chosen or rejected, a call and its result in the
+                         prompt), rendered by Qwen 2.5's (qwen2_5) and Llama 3.1's (llama3_1) templates, the tokenizers
+                         and templates of tests/fixtures/sft/<name>_prompts.json; rows of 1024
+  tools_<name>.safetensors  TRL's rows of them: "ids.<k>", "mask.<k>" (only the rows: `make_dpo_fixtures.py tools`
+                         writes these alone)
 Run with the baselines' environment (scripts/make-baselines-venv.sh, with trl):
   .venv-baselines/bin/python scripts/make_dpo_fixtures.py
 """
 import json
 import os
 import shutil
+import sys
 import tempfile
 
 import torch
@@ -56,9 +62,9 @@ IMPLICIT = [
 ]
 
 
-def dpo_batch(policy, ref, tok, rows, tmp):
+def dpo_batch(policy, ref, tok, rows, tmp, max_length=MAX):
     """TRL's loss and gradients of one batch of every pair, and its rows (dtrain's order: chosen, rejected)."""
-    args = DPOConfig(output_dir=os.path.join(tmp, "run"), beta=BETA, max_length=MAX, per_device_train_batch_size=len(rows),
+    args = DPOConfig(output_dir=os.path.join(tmp, "run"), beta=BETA, max_length=max_length, per_device_train_batch_size=len(rows),
                      report_to=[], use_cpu=True, dataset_num_proc=None,
                      bf16=False)  # TRL defaults to bf16 autocast (on the reference at once): f32, as dtrain here
     trainer = DPOTrainer(model=policy, ref_model=ref, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok)
@@ -78,7 +84,52 @@ def dpo_batch(policy, ref, tok, rows, tmp):
     return loss, batch, tensors
 
 
+def tool_cases():
+    """Pairs with tools by Qwen 2.5's and Llama 3.1's templates: TRL's rows (the tools' turns in the prompt)."""
+    sys.path.insert(0, HERE)
+    from make_sft_fixtures import TOOLS, ADD
+    user = [{"role": "user", "content": "2 + 3?"}]
+    call = [{"role": "assistant", "content": None, "tool_calls": [ADD]}]
+    pairs = {
+        # Qwen 2.5's: a call chosen over a refusal; a result in the prompt, the tools as their JSON text
+        "qwen2_5": [{"prompt": user, "chosen": call, "rejected": [{"role": "assistant", "content": "I cannot add."}], "tools": TOOLS},
+                    {"prompt": [{"role": "system", "content": "Be brief."}] + user + [dict(call[0], content="Adding.")] +
+                     [{"role": "tool", "content": "5"}], "chosen": [{"role": "assistant", "content": "5."}],
+                     "rejected": [{"role": "assistant", "content": "6."}], "tools": json.dumps(TOOLS)}],
+        # Llama 3.1's (its template reads a message's tool_calls by the key alone: every message of a column has one,
+        # so the calls are a column's own): the call chosen, or rejected
+        "llama3_1": [{"prompt": [{"role": "system", "content": " Be brief. "}] + user, "chosen": call,
+                      "rejected": [{"role": "assistant", "content": " I cannot add. "}], "tools": TOOLS},
+                     {"prompt": [{"role": "user", "content": "Weather in Paris?"}], "chosen": call,
+                      "rejected": [{"role": "assistant", "content": "Sunny."}], "tools": json.dumps(TOOLS)}],
+    }
+    torch.manual_seed(7)
+    for name, rows in pairs.items():
+        case = json.load(open(os.path.join(SFT, name + "_prompts.json")))
+        llama = "llama3" in case["tokenizer"]
+        tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(SFT, "..", case["tokenizer"]),
+                                      **(dict(bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", pad_token="<|end_of_text|>") if llama
+                                         else dict(eos_token="<|endoftext|>", pad_token="<|endoftext|>")))
+        tok.chat_template = case["chat_template"]
+        cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+                          num_key_value_heads=2, max_position_embeddings=1024)
+        ref = LlamaForCausalLM(cfg).float()
+        # the data set as TRL reads it: the tools as their JSON text (a column mixes no lists and texts)
+        data = [dict(p, tools=p["tools"] if isinstance(p["tools"], str) else json.dumps(p["tools"])) for p in rows]
+        with tempfile.TemporaryDirectory() as tmp:
+            _, batch, tensors = dpo_batch(LlamaForCausalLM(cfg).float(), ref, tok, data, tmp, max_length=1024)
+        with open(os.path.join(OUT, f"tools_{name}.jsonl"), "w") as f:
+            for p in rows:
+                f.write(json.dumps(p) + "\n")
+        save_file({k: v for k, v in tensors.items() if k.startswith(("ids.", "mask."))}, os.path.join(OUT, f"tools_{name}.safetensors"))
+        lengths = [int(x) for x in batch["attention_mask"].sum(1)]
+        print(f"tools_{name}: {len(rows)} pairs with tools, rows of {lengths} tokens, {int(batch['completion_mask'].sum())} completion tokens")
+
+
 def main():
+    if sys.argv[1:] == ["tools"]:
+        tool_cases()
+        return
     os.makedirs(OUT, exist_ok=True)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(SFT, f), os.path.join(OUT, f))
@@ -135,6 +186,7 @@ def main():
     save_file(tensors, os.path.join(OUT, "policy.safetensors"), metadata={"config": json.dumps(cfg.to_dict(), sort_keys=True)})
     print(f"dpo: {n} pairs, loss {loss.item():.6f}, log-ratio margins "
           f"{[round(float(BETA * ((pol_lp[2*i] - ref_lp[2*i]) - (pol_lp[2*i+1] - ref_lp[2*i+1]))), 5) for i in range(n)]}")
+    tool_cases()
 
 
 if __name__ == "__main__":

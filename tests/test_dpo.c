@@ -18,24 +18,28 @@
 
 enum { T = 64, MAXROWS = 8 };
 
-/* Row k against TRL's ids.k and mask.k (the mask marks completion tokens: the target of input t is token t + 1). */
-static bool rows_match(const dt_sft *d, dt_safetensors *f, size_t rows) {
+/* Row k (of tl inputs) against TRL's ids.k and mask.k (the mask marks completion tokens: the target of input t is
+ * token t + 1). */
+static bool rows_match(const dt_sft *d, dt_safetensors *f, size_t rows, int tl) {
     bool ok = dt_sft_rows(d) == rows && dt_sft_pairs(d);
+    int32_t *ids = malloc((size_t)(tl + 1) * sizeof *ids), *mask = malloc((size_t)(tl + 1) * sizeof *mask);
+    int32_t *in = malloc((size_t)tl * sizeof *in), *tg = malloc((size_t)tl * sizeof *tg);
+    ok = ok && ids && mask && in && tg;
     for (size_t k = 0; ok && k < rows; k++) {
         char name[32];
-        int32_t ids[T + 1], mask[T + 1], in[T], tg[T];
         snprintf(name, sizeof name, "ids.%zu", k);
         size_t n = 0;
-        for (n = T + 1; n > 0 && dt_safetensors_read_i32(f, name, n, ids); n--) {} /* the row's length: the size that reads */
+        for (n = (size_t)tl + 1; n > 0 && dt_safetensors_read_i32(f, name, n, ids); n--) {} /* the row's length: the size that reads */
         snprintf(name, sizeof name, "mask.%zu", k);
         ok = n > 0 && !dt_safetensors_read_i32(f, name, n, mask);
         dt_sft_row(d, k, in, tg);
-        for (int t = 0; ok && t < T; t++) {
+        for (int t = 0; ok && t < tl; t++) {
             int32_t want_tg = (size_t)t + 1 < n && mask[t + 1] ? ids[t + 1] : DT_IGNORE_INDEX;
             if (((size_t)t < n && in[t] != ids[t]) || tg[t] != want_tg) ok = false;
             if (!ok) printf("   row %zu position %d: input %d target %d, TRL's %d %d\n", k, t, in[t], tg[t], (size_t)t < n ? ids[t] : -1, want_tg);
         }
     }
+    free(ids), free(mask), free(in), free(tg);
     return ok;
 }
 
@@ -51,6 +55,29 @@ static dt_status load_pairs(const char *dir, const char *file, dt_sft **out) {
     if (!st) st = dt_sft_load(path, tok, chat, eos, T, out);
     dt_bpe_destroy(tok);
     return st;
+}
+
+/* tools_<name>.jsonl's pairs with tools (rendered by the template of sft/<name>_prompts.json, kind, with its
+ * tokenizer; rows of 1024) against TRL's rows of them. */
+static void check_tool_rows(const char *dir, const char *name, const char *tokenizer, dt_chat_kind kind) {
+    enum { TL = 1024 };
+    char path[600], what[160];
+    dt_bpe *tok = NULL;
+    dt_sft *d = NULL;
+    dt_safetensors *f = NULL;
+    snprintf(path, sizeof path, "%s/sft/%s", dir, tokenizer);
+    dt_status st = dt_bpe_load_json(path, &tok);
+    snprintf(path, sizeof path, "%s/dpo/tools_%s.jsonl", dir, name);
+    if (!st) st = dt_sft_load(path, tok, kind, -1, TL, &d); /* (a conversational pair ends with its template's end of turn) */
+    snprintf(path, sizeof path, "%s/dpo/tools_%s.safetensors", dir, name);
+    if (!st) st = dt_safetensors_open(path, &f);
+    snprintf(what, sizeof what, "tools_%s: %zu pairs with tools, their rows (the tools' turns, the calls) are TRL's", name,
+             d ? dt_sft_rows(d) / 2 : 0);
+    if (!st) check(what, dt_sft_rows(d) == 4 && rows_match(d, f, 4, TL), NULL);
+    else printf("FAIL tools_%s: %s\n", name, dt_last_error()), failed++;
+    dt_safetensors_close(f);
+    dt_sft_destroy(d);
+    dt_bpe_destroy(tok);
 }
 
 static dt_status load_weights(dt_program *p, const char *dir, const char *name, dt_safetensors **keep) {
@@ -100,7 +127,7 @@ static void check_trl(const char *dir, const char *name) {
         goto out;
     }
     snprintf(what, sizeof what, "%s: the %zu pairs' rows (tokens, scored completions) are TRL's", name, rows / 2);
-    check(what, rows_match(d, pol, rows), NULL);
+    check(what, rows_match(d, pol, rows, T), NULL);
     int32_t in[MAXROWS * T], tg[MAXROWS * T];
     for (size_t k = 0; k < rows; k++) dt_sft_row(d, k, in + k * T, tg + k * T);
     float want[MAXROWS], loss = 0, want_loss = 0, l1, l2;
@@ -194,6 +221,8 @@ int main(int argc, char **argv) {
     check_trl(dir, "pairs");
     check_trl(dir, "chat");
     check_trl(dir, "implicit");
+    check_tool_rows(dir, "qwen2_5", "tokenizer.json", DT_CHAT_QWEN25);
+    check_tool_rows(dir, "llama3_1", "llama3_tokenizer.json", DT_CHAT_LLAMA31);
     refused(dir, "refused: a pair without its rejected completion", "{\"prompt\": \"a\", \"chosen\": \"b\"}\n", 1, "preference pair is");
     refused(dir, "refused: a conversational pair without a chat template", "{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"chosen\": "
             "[{\"role\": \"assistant\", \"content\": \"b\"}], \"rejected\": [{\"role\": \"assistant\", \"content\": \"c\"}]}\n", 1,
