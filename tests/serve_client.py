@@ -6,6 +6,8 @@ usage: serve_client.py slow PORT SECONDS      sends a body a byte every SECONDS/
        serve_client.py leave PORT JSON        a streamed request, closed after its first event; prints that event
        serve_client.py openai PORT PROMPT     complete, stream and stop, then chat whole and streamed, through the openai
                                               package; prints four lines
+       serve_client.py calls PORT BODY        a chat request whole and streamed; prints of each the finish reason, the
+                                              tool calls' names and arguments and the content, a JSON line
 """
 import json
 import socket
@@ -62,6 +64,28 @@ def leave(port, request):
     print(got.split(b"data: ", 1)[-1].split(b"\n", 1)[0].decode(errors="replace"))
 
 
+def calls(port, body):
+    import urllib.request
+
+    def post(stream):
+        b = dict(json.loads(body), stream=stream)
+        req = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % port, json.dumps(b).encode())
+        return urllib.request.urlopen(req, timeout=600).read().decode()
+
+    c = json.loads(post(False))["choices"][0]
+    m = c["message"]
+    whole = [c["finish_reason"], [[t["function"]["name"], t["function"]["arguments"]] for t in m.get("tool_calls") or []], m["content"]]
+    finish, got, content = None, [], None
+    for line in post(True).splitlines():
+        if line.startswith("data: ") and line.strip() != "data: [DONE]":
+            ch = json.loads(line[6:])["choices"][0]
+            d = ch["delta"]
+            finish = ch["finish_reason"] or finish
+            got += [[t["function"]["name"], t["function"]["arguments"]] for t in d.get("tool_calls") or []]
+            content = (content or "") + d["content"] if d.get("content") else content
+    print(json.dumps([whole, [finish, got, content]]))
+
+
 def openai_client(port, prompt):
     import openai
     c = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % port, api_key="none", max_retries=0)
@@ -89,5 +113,7 @@ if __name__ == "__main__":
         slow(port, float(sys.argv[3]))
     elif what == "leave":
         leave(port, sys.argv[3])
+    elif what == "calls":
+        calls(port, sys.argv[3])
     else:
         openai_client(port, sys.argv[3])
