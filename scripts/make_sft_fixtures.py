@@ -314,6 +314,60 @@ def template_case(folder, out, name, chats, prompts, template=None, training=Non
     print(f"{name}: {len(chats)} chats of {lengths} tokens (cut at {seq + 1}), scored {int((batch['labels'] != -100).sum())}; {len(cases)} prompts")
 
 
+# conversational prompts and completions (TRL's prompt-completion type with lists of messages): SFTTrainer scores the
+# completion by default (completion_only_loss), every token from where the prompt's generation prompt and prompt +
+# completion diverge (Qwen 3's empty think block before the answer, ChatML's newline after its end of turn)
+CHAT_COMPLETIONS = [
+    {"prompt": [{"role": "user", "content": "Hello there"}], "completion": [{"role": "assistant", "content": "Hi! How can I help?"}]},
+    {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say yes."}, {"role": "assistant", "content": "Yes."},
+                {"role": "user", "content": "Again."}], "completion": [{"role": "assistant", "content": "Yes, yes."}]},
+]
+TOOL_COMPLETIONS = [
+    {"prompt": [{"role": "user", "content": "2 + 3?"}], "completion": [{"role": "assistant", "content": None, "tool_calls": [ADD]}],
+     "tools": TOOLS},
+    {"prompt": [{"role": "user", "content": "2 + 3?"}, {"role": "assistant", "content": None, "tool_calls": [ADD]},
+                {"role": "tool", "content": "5"}], "completion": [{"role": "assistant", "content": "It is 5."}], "tools": json.dumps(TOOLS)},
+]
+
+
+def completion_cases(folder, names):
+    """TRL's rows of conversational prompts and completions by ChatML's template (the fixture's own), Qwen 3's and Llama
+    3.1's (with tools): <name>_completion.jsonl, <name>_completion.safetensors ("ids.<k>", "labels.<k>")."""
+    import trl
+    own = os.path.join(os.path.dirname(trl.__file__), "chat_templates")
+    cases = {"chatml": (TEMPLATE, "sft/tokenizer.json", CHAT_COMPLETIONS, 64),
+             "qwen3": (open(os.path.join(own, "qwen3.jinja")).read(), "sft/tokenizer.json", CHAT_COMPLETIONS + TOOL_COMPLETIONS, 1023),
+             "llama3_1": (open(os.path.join(own, "llama3_1.jinja")).read(), "sft/llama3_tokenizer.json",
+                          CHAT_COMPLETIONS + TOOL_COMPLETIONS, 1023)}
+    for name in names or cases:
+        template, tokf, rows, seq = cases[name]
+        llama = "llama3" in tokf
+        tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(OUT, "..", tokf),
+                                      **(dict(bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", pad_token="<|end_of_text|>") if llama
+                                         else dict(eos_token="<|endoftext|>", pad_token="<|endoftext|>")))
+        tok.chat_template = template
+        with open(os.path.join(OUT, name + "_completion.jsonl"), "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+        data = [dict(r, tools=r["tools"] if isinstance(r.get("tools"), str) else json.dumps(r["tools"]) if r.get("tools") else None)
+                for r in rows]
+        cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+                          num_key_value_heads=2, max_position_embeddings=1024)
+        args = SFTConfig(output_dir=os.path.join(folder, "run"), max_length=seq + 1, packing=False, per_device_train_batch_size=len(rows),
+                         report_to=[], use_cpu=True, dataset_num_proc=None)
+        trainer = SFTTrainer(model=LlamaForCausalLM(cfg), args=args, train_dataset=Dataset.from_list(data), processing_class=tok)
+        batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(rows))])
+        tensors = {}
+        for k in range(len(rows)):
+            n = int(batch["attention_mask"][k].sum())
+            tensors[f"ids.{k}"] = batch["input_ids"][k, :n].to(torch.int32).contiguous()
+            tensors[f"labels.{k}"] = batch["labels"][k, :n].to(torch.int32).contiguous()
+        save_file(tensors, os.path.join(OUT, name + "_completion.safetensors"))
+        lengths = [int(x) for x in batch["attention_mask"].sum(1)]
+        print(f"{name}_completion: {len(rows)} conversational prompts and completions of {lengths} tokens, scored "
+              f"{int((batch['labels'] != -100).sum())}")
+
+
 def template_cases(folder, names):
     """The templates' fixtures (qwen3, qwen2_5, qwen2, smollm2, llama3, llama3_1, llama3_2), those named or all."""
     llama = dict(tokenizer="sft/llama3_tokenizer.json", seq=128)
@@ -382,6 +436,10 @@ def main():
     """Every fixture, or (with template names on the command line: qwen3, qwen2_5, qwen2, smollm2, llama3, llama3_1,
     llama3_2) those templates' only."""
     import sys
+    if sys.argv[1:2] == ["completion"]:
+        with tempfile.TemporaryDirectory() as tmp:
+            completion_cases(tmp, sys.argv[2:])
+        return
     if sys.argv[1:]:
         with tempfile.TemporaryDirectory() as tmp:
             template_cases(tmp, sys.argv[1:])
@@ -408,6 +466,7 @@ def main():
         case("completion", COMPLETIONS, tok, tmp, OUT)
         packed_case(tok, tmp, OUT)
         template_cases(tmp, None)
+        completion_cases(tmp, None)
 
 
 if __name__ == "__main__":

@@ -423,6 +423,28 @@ static void check_template(const char *dir, const char *name, dt_chat_kind want,
     dt_bpe_destroy(tok);
 }
 
+/* <name>_completion.jsonl's conversational prompts and completions (by template kind, with tokenizer; rows of seq)
+ * against TRL's rows of them: the completion scored from where the prompt's generation prompt and prompt + completion
+ * diverge, as SFTTrainer's completion_only_loss scores it. */
+static void check_chat_completions(const char *dir, const char *name, dt_chat_kind kind, const char *tokenizer, int seq, size_t n) {
+    char path[600], what[200];
+    dt_bpe *tok = NULL;
+    dt_sft *d = NULL;
+    dt_safetensors *f = NULL;
+    snprintf(path, sizeof path, "%s/sft/%s", dir, tokenizer);
+    dt_status st = dt_bpe_load_json(path, &tok);
+    snprintf(path, sizeof path, "%s/sft/%s_completion.jsonl", dir, name);
+    if (!st) st = dt_sft_load(path, tok, kind, -1, seq, &d);
+    snprintf(path, sizeof path, "%s/sft/%s_completion.safetensors", dir, name);
+    if (!st) st = dt_safetensors_open(path, &f);
+    snprintf(what, sizeof what, "%s: %zu conversational prompts and completions: tokens and scored targets are TRL's", name, n);
+    if (!st) check(what, rows_match(d, f, n, seq), NULL);
+    else printf("FAIL %s: %s\n", what, dt_last_error()), failed++;
+    dt_safetensors_close(f);
+    dt_sft_destroy(d);
+    dt_bpe_destroy(tok);
+}
+
 /* Llama 3.2's server prompt names today's date where a request names none (its template's strftime_now("%d %b %Y"),
  * local time): the date asked just before the prompt or just after (a prompt made across midnight names either). */
 static void check_today(void) {
@@ -501,6 +523,9 @@ int main(int argc, char **argv) {
     check_template(dir, "llama3", DT_CHAT_LLAMA3, 3, 6);
     check_template(dir, "llama3_1", DT_CHAT_LLAMA31, 5, 24);
     check_template(dir, "llama3_2", DT_CHAT_LLAMA32, 5, 24);
+    check_chat_completions(dir, "chatml", DT_CHAT_CHATML, "tokenizer.json", T, 2);
+    check_chat_completions(dir, "qwen3", DT_CHAT_QWEN3, "tokenizer.json", TMAX - 1, 4);
+    check_chat_completions(dir, "llama3_1", DT_CHAT_LLAMA31, "llama3_tokenizer.json", TMAX - 1, 4);
     check_today();
     {
         char path[] = "/tmp/dtrain_grpo_plain_XXXXXX.jsonl";

@@ -84,11 +84,18 @@ static dt_status tool_result(const cJSON *msgs, const cJSON *m, int k, const dt_
     return st;
 }
 
+/* Where a list of messages sits in a conversation that the template renders as for generation (TRL's prompts and
+ * completions, DPO's pairs: Qwen 3's think blocks by dt_chat_prompt_block): its first message's index, the
+ * conversation's messages and its last query; n 0: as the training form renders a chat (every answer's block). */
+typedef struct {
+    int at, n, last_query;
+} turns_at;
+
 /* msgs' turns by the template's pieces (chat_template.c; tool calls and results by chat_tools.c), after its beginning
  * and its own system turn (with tools, where given) when first: each head unscored, with score an assistant's content
  * (its tool calls too) and end of turn scored (SFT's), else nothing; *assistants counts the assistant's turns. */
 static dt_status render_turns(const cJSON *msgs, const cJSON *tools, const dt_chat_template *t, dt_bpe *tok, const char *where, bool first,
-                              bool score, seq *s, int *assistants) {
+                              bool score, turns_at in, seq *s, int *assistants) {
     const cJSON *m = msgs->child;
     int k = 0;
     dt_status st = first ? put_str(s, tok, t->begin, 0) : DT_OK;
@@ -113,7 +120,8 @@ static dt_status render_turns(const cJSON *msgs, const cJSON *tools, const dt_ch
         const char *c, *text0 = cJSON_IsString(content) ? content->valuestring : "";
         size_t cn;
         char *text = NULL; /* an answer as the template writes it (Qwen 3's: its think block, as TRL's training form; its calls) */
-        if (answer) st = dt_chat_answer(t, text0, cJSON_IsString(reasoning) ? reasoning->valuestring : NULL, calling ? calls : NULL, k, DT_CHAT_BLOCK,
+        int block = in.n ? dt_chat_prompt_block(in.at + k, in.n, in.last_query) : DT_CHAT_BLOCK;
+        if (answer) st = dt_chat_answer(t, text0, cJSON_IsString(reasoning) ? reasoning->valuestring : NULL, calling ? calls : NULL, k, block,
                                         &text);
         if (st) return dt_error(st, "%s: %s", where, dt_last_error());
         if (answer) c = text, cn = text ? strlen(text) : 0;
@@ -135,7 +143,7 @@ static dt_status render_turns(const cJSON *msgs, const cJSON *tools, const dt_ch
 /* A chat: the assistant's turns scored. */
 static dt_status render_chat(const cJSON *msgs, const cJSON *tools, dt_chat_kind chat, dt_bpe *tok, const char *where, seq *s) {
     int assistants = 0;
-    dt_status st = render_turns(msgs, tools, dt_chat_template_of(chat), tok, where, true, true, s, &assistants);
+    dt_status st = render_turns(msgs, tools, dt_chat_template_of(chat), tok, where, true, true, (turns_at){ 0 }, s, &assistants);
     if (!st && !assistants) st = dt_error(DT_ERR_IO, "%s: no assistant message: nothing in it is scored", where);
     return st;
 }
@@ -175,30 +183,55 @@ static dt_status render_pair(const char *prompt, const char *chosen, const char 
     return st;
 }
 
-/* A conversational pair as TRL's DPOTrainer renders it: the prompt's turns and the assistant's head (the generation
- * prompt) alone, and the prompt's turns then each completion's; each completion scored from where the prompt and the
- * first of the two diverge (its turns whole: content, end of turn, what follows). */
+/* A conversational prompt and completion as TRL renders them (by the template itself, as for generation): the prompt's
+ * turns and the assistant's head (the generation prompt) alone, and the prompt's turns then the completion's (which,
+ * what it is, for the error) into s; *from: where the two diverge, the completion's first token. */
+static dt_status render_chat_completion(const cJSON *prompt, const cJSON *completion, const cJSON *tools, const dt_chat_template *t,
+                                        dt_bpe *tok, const char *where, const char *which, seq *s, size_t *from) {
+    seq p = { 0 };
+    int n = 0, nc = 0, np = cJSON_GetArraySize(prompt);
+    char head[96];
+    snprintf(head, sizeof head, t->head, "assistant");
+    cJSON *all = cJSON_Duplicate(prompt, true); /* (the conversation whole: its last query) */
+    for (const cJSON *m = completion->child; all && m; m = m->next) cJSON_AddItemToArray(all, cJSON_Duplicate(m, true));
+    turns_at alone = { 0, np, dt_chat_last_query(prompt) }, whole = { 0, cJSON_GetArraySize(all), all ? dt_chat_last_query(all) : 0 };
+    dt_status st = all ? DT_OK : dt_error(DT_ERR_NOMEM, "sft: out of memory");
+    if (!st) st = render_turns(prompt, tools, t, tok, where, true, false, alone, &p, &n);
+    if (!st) st = put_str(&p, tok, head, 0);
+    if (!st) st = render_turns(prompt, tools, t, tok, where, true, false, whole, s, &n);
+    whole.at = np;
+    if (!st) st = render_turns(completion, tools, t, tok, where, false, false, whole, s, &nc);
+    cJSON_Delete(all);
+    if (!st && !nc) st = dt_error(DT_ERR_IO, "%s: the %s has no assistant message", where, which);
+    for (*from = 0; !st && *from < p.n && *from < s->n && p.ids[*from] == s->ids[*from]; (*from)++) {}
+    free(p.ids), free(p.scored);
+    return st;
+}
+
+/* A conversational pair as TRL's DPOTrainer renders it: each completion after the prompt (render_chat_completion),
+ * scored from where the prompt and the first of the two diverge (its turns whole: content, end of turn, what follows). */
 static dt_status render_chat_pair(const cJSON *prompt, const cJSON *chosen, const cJSON *rejected, const cJSON *tools, dt_chat_kind chat,
                                   dt_bpe *tok, const char *where, seq *c, seq *r) {
     const dt_chat_template *t = dt_chat_template_of(chat);
-    seq p = { 0 };
-    int n = 0, nc = 0, nr = 0;
-    char head[96];
-    snprintf(head, sizeof head, t->head, "assistant");
-    dt_status st = render_turns(prompt, tools, t, tok, where, true, false, &p, &n);
-    if (!st) st = put_str(&p, tok, head, 0);
-    if (!st) st = render_turns(prompt, tools, t, tok, where, true, false, c, &n);
-    if (!st) st = render_turns(chosen, tools, t, tok, where, false, false, c, &nc);
-    if (!st) st = render_turns(prompt, tools, t, tok, where, true, false, r, &n);
-    if (!st) st = render_turns(rejected, tools, t, tok, where, false, false, r, &nr);
-    if (!st && (!nc || !nr)) st = dt_error(DT_ERR_IO, "%s: the %s has no assistant message", where, !nc ? "chosen" : "rejected");
     size_t pc = 0, pr = 0;
-    while (!st && pc < p.n && pc < c->n && p.ids[pc] == c->ids[pc]) pc++;
-    while (!st && pr < p.n && pr < r->n && p.ids[pr] == r->ids[pr]) pr++;
+    dt_status st = render_chat_completion(prompt, chosen, tools, t, tok, where, "chosen", c, &pc);
+    if (!st) st = render_chat_completion(prompt, rejected, tools, t, tok, where, "rejected", r, &pr);
     size_t from = pc < pr ? pc : pr;
     for (size_t i = from; !st && i < c->n; i++) c->scored[i] = 1;
     for (size_t i = from; !st && i < r->n; i++) r->scored[i] = 1;
-    free(p.ids), free(p.scored);
+    return st;
+}
+
+/* A conversational prompt and completion for SFT: as TRL's SFTTrainer scores it by default (completion_only_loss), every
+ * token from where the prompt's generation prompt and prompt + completion diverge. */
+static dt_status render_chat_example(const cJSON *prompt, const cJSON *completion, const cJSON *tools, dt_chat_kind chat, dt_bpe *tok,
+                                     const char *where, seq *s) {
+    if (!tok || chat == DT_CHAT_NONE)
+        return dt_error(DT_ERR_ARG, "%s: a conversational prompt and completion need a tokenizer and a chat template (its "
+                        "tokenizer_config.json's, or --chat-template KIND)", where);
+    size_t from = 0;
+    dt_status st = render_chat_completion(prompt, completion, tools, dt_chat_template_of(chat), tok, where, "completion", s, &from);
+    for (size_t i = 0; !st && i < s->n; i++) s->scored[i] = i >= from;
     return st;
 }
 
@@ -287,7 +320,7 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
     if (pair && !p) /* the pair as extract_prompt left it */
         p = cJSON_GetObjectItemCaseSensitive(j, "prompt"), ch = cJSON_GetObjectItemCaseSensitive(j, "chosen"),
         rj = cJSON_GetObjectItemCaseSensitive(j, "rejected");
-    bool chats = cJSON_IsArray(msgs) || (pair && cJSON_IsArray(p));
+    bool chats = cJSON_IsArray(msgs) || cJSON_IsArray(p);
     if (st) {
     } else if (tools && !cJSON_IsNull(tools) && (!cJSON_IsArray(tools) || !chats)) {
         st = dt_error(DT_ERR_IO, "%s: \"tools\" is a list of the tools a chat's messages may call ({\"type\": \"function\", \"function\": "
@@ -312,8 +345,10 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
                                   : render_chat(msgs, tools, chat, tok, where, &s);
     } else if (cJSON_IsString(p) && cJSON_IsString(c)) {
         st = render_completion(p->valuestring, c->valuestring, tok, eos, &s);
+    } else if (cJSON_IsArray(p) && cJSON_IsArray(c)) {
+        st = render_chat_example(p, c, tools, chat, tok, where, &s);
     } else {
-        st = dt_error(DT_ERR_IO, "%s: neither \"messages\" (a list) nor \"prompt\" and \"completion\" (texts)", where);
+        st = dt_error(DT_ERR_IO, "%s: neither \"messages\" (a list) nor \"prompt\" and \"completion\" (texts, or lists of messages)", where);
     }
     if (!st) st = add_row(d, &s);
     if (!st && pair) st = add_row(d, &s2);
