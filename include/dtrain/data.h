@@ -73,7 +73,7 @@ dt_status dt_bpe_for_model(const char *encoder_json, const char *vocab_bpe, int 
                            dt_bpe **out);
 
 /* Supervised fine-tuning data (data/sft.c; tok NULL: a byte-level model's bytes, prompts and completions only): a JSONL file of chats ({"messages": [{"role", "content"}, ...]}) or
- * prompts and completions ({"prompt", "completion"}), one example a row of T inputs and T targets, the targets not
+ * prompts and completions ({"prompt", "completion"}: texts, or lists of messages), one example a row of T inputs and T targets, the targets not
  * scored (prompts, the user's and system's turns, padding) DT_IGNORE_INDEX, as TRL's SFTTrainer scores them; chats
  * rendered by a chat template of the documented subset (chat_template.c), prompts and completions as TRL tokenizes
  * them (eos: the end-of-text id appended to a completion, -1: none). Bad lines are refused naming the file and line. */

@@ -5,7 +5,9 @@
  * row, cut at T + 1 tokens or padded after its end (causal attention: the padding changes nothing before it).
  *
  * Chats are rendered by a chat template (chat_template.c: ChatML's, Llama 3's, Qwen 3's); scored: an assistant's
- * content and its end of turn (<|im_end|>, <|eot_id|>; Qwen 3's think block before the content and the newline after). A prompt and completion are tokenized as TRL does: the prompt alone (after the tokenizer's begin-of-text, if it has
+ * content and its end of turn (<|im_end|>, <|eot_id|>; Qwen 3's think block before the content and the newline after);
+ * a conversational prompt and completion (lists of messages) are rendered as for generation and scored from where
+ * they diverge (render_chat_example). A prompt and completion are tokenized as TRL does: the prompt alone (after the tokenizer's begin-of-text, if it has
  * one), then prompt + completion + end-of-text; the completion's tokens start where the two diverge. A preference pair
  * ({"prompt", "chosen", "rejected"}, DPO's) is two rows tokenized so, chosen then rejected (render_pair). */
 #include "sft_internal.h"
