@@ -3,6 +3,7 @@
 #ifndef DTRAIN_TESTS_FIXTURE_CHECKS_H
 #define DTRAIN_TESTS_FIXTURE_CHECKS_H
 
+#include "dtrain/data.h"
 #include "dtrain/io.h"
 #include "dtrain/model.h"
 #include "dtrain/program.h"
@@ -14,6 +15,20 @@
 #include <stdlib.h>
 
 static int failed;
+
+/* A fine-tuning file's rows (dir/file, by template kind with the tokenizer dir/sft/tokenizer, rows of seq) and the
+ * fixture that holds TRL's rows of it (dir/fixture); the caller closes and destroys all three. */
+static inline dt_status fixture_sft_open(const char *dir, const char *tokenizer, dt_chat_kind kind, int seq, const char *file,
+                                         const char *fixture, dt_bpe **tok, dt_sft **d, dt_safetensors **f) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/sft/%s", dir, tokenizer);
+    dt_status st = dt_bpe_load_json(path, tok);
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (!st) st = dt_sft_load(path, *tok, kind, -1, seq, d); /* (chats: each answer ends with its template's end of turn) */
+    snprintf(path, sizeof path, "%s/%s", dir, fixture);
+    if (!st) st = dt_safetensors_open(path, f);
+    return st;
+}
 
 static void check(const char *what, bool ok, const char *detail) {
     if (!ok) failed++;

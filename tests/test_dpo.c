@@ -61,16 +61,13 @@ static dt_status load_pairs(const char *dir, const char *file, dt_sft **out) {
  * tokenizer; rows of 1024) against TRL's rows of them. */
 static void check_tool_rows(const char *dir, const char *name, const char *tokenizer, dt_chat_kind kind) {
     enum { TL = 1024 };
-    char path[600], what[160];
+    char file[96], fixture[96], what[160];
     dt_bpe *tok = NULL;
     dt_sft *d = NULL;
     dt_safetensors *f = NULL;
-    snprintf(path, sizeof path, "%s/sft/%s", dir, tokenizer);
-    dt_status st = dt_bpe_load_json(path, &tok);
-    snprintf(path, sizeof path, "%s/dpo/tools_%s.jsonl", dir, name);
-    if (!st) st = dt_sft_load(path, tok, kind, -1, TL, &d); /* (a conversational pair ends with its template's end of turn) */
-    snprintf(path, sizeof path, "%s/dpo/tools_%s.safetensors", dir, name);
-    if (!st) st = dt_safetensors_open(path, &f);
+    snprintf(file, sizeof file, "dpo/tools_%s.jsonl", name);
+    snprintf(fixture, sizeof fixture, "dpo/tools_%s.safetensors", name);
+    dt_status st = fixture_sft_open(dir, tokenizer, kind, TL, file, fixture, &tok, &d, &f);
     snprintf(what, sizeof what, "tools_%s: %zu pairs with tools, their rows (the tools' turns, the calls) are TRL's", name,
              d ? dt_sft_rows(d) / 2 : 0);
     if (!st) check(what, dt_sft_rows(d) == 4 && rows_match(d, f, 4, TL), NULL);

@@ -322,26 +322,28 @@ static bool request_ids_match(const cJSON *c, dt_bpe *tok, dt_chat_kind chat) {
 
 /* GRPO's conversational prompts ({"prompt": [messages]}, TRL's form) through dt_grpo_prompts_read: each case's text
  * against the template's and its tokens against its ids where it has them (apply_chat_template's), read with the
- * case's chat_template_kwargs (enable_thinking, date_string, as --chat-template-kwargs gives them); *n: how many (the
- * cases with tools left out: GRPO's prompts have none). */
+ * case's chat_template_kwargs (enable_thinking, date_string, tools_in_user_message, as --chat-template-kwargs gives
+ * them) and its tools in the line; *n: how many. */
 static bool grpo_prompts_match(const cJSON *cases, dt_bpe *tok, dt_chat_kind chat, int *n) {
     const cJSON *c;
     bool ok = true;
     *n = 0;
     cJSON_ArrayForEach(c, cases) {
-        if (cJSON_GetObjectItemCaseSensitive(c, "tools")) continue;
         char path[] = "/tmp/dtrain_grpo_chat_XXXXXX.jsonl";
         int fd = mkstemps(path, 6);
         FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
         char *line = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(c, "messages"));
-        if (f) fprintf(f, "{\"prompt\": %s}\n", line ? line : "null"), fclose(f);
-        free(line);
+        const cJSON *tools = cJSON_GetObjectItemCaseSensitive(c, "tools");
+        char *tl = tools ? cJSON_PrintUnformatted(tools) : NULL; /* (as a data set's line has them; TRL's GRPO takes the trainer's) */
+        if (f) fprintf(f, "{\"prompt\": %s%s%s}\n", line ? line : "null", tl ? ", \"tools\": " : "", tl ? tl : ""), fclose(f);
+        free(line), free(tl);
         const cJSON *date = cJSON_GetObjectItemCaseSensitive(c, "date_string"), *want = cJSON_GetObjectItemCaseSensitive(c, "ids"),
                     *text = cJSON_GetObjectItemCaseSensitive(c, "text");
         dt_chat_kwargs kw = { .thinking = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "enable_thinking")),
-                              .date = cJSON_IsString(date) ? date->valuestring : NULL };
+                              .date = cJSON_IsString(date) ? date->valuestring : NULL,
+                              .tools_in_system = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(c, "tools_in_user_message")) };
         dt_grpo_prompts gp = { 0 };
-        ok = f && cJSON_IsString(text) && !dt_grpo_prompts_read(&gp, path, tok, chat, &kw, 512) && gp.n == 1 &&
+        ok = f && cJSON_IsString(text) && !dt_grpo_prompts_read(&gp, path, tok, chat, &kw, 4096) && gp.n == 1 &&
              !strcmp(gp.text[0], text->valuestring) && (!want || gp.len[0] == cJSON_GetArraySize(want));
         for (int k = 0; ok && want && k < gp.len[0]; k++) ok = gp.toks[0][k] == cJSON_GetArrayItem(want, k)->valueint;
         if (!ok) printf("   GRPO prompt %d: %s, %d tokens (apply_chat_template's %d) (%s)\n", *n, gp.n ? gp.text[0] : "none",
@@ -411,7 +413,7 @@ static void check_template(const char *dir, const char *name, dt_chat_kind want,
     bool grpo = !st && grpo_prompts_match(cases, tok, chat, &ngrpo);
     snprintf(what, sizeof what, "%s: %d GRPO conversational prompts are the template's (%s)", name, ngrpo,
              ided ? "text and apply_chat_template's tokens" : "text");
-    if (!st) check(what, grpo && ngrpo == k - tooled, NULL);
+    if (!st) check(what, grpo && ngrpo == k, NULL);
     if (st) {
         printf("FAIL %s: %s\n", name, dt_last_error());
         failed++;
@@ -427,22 +429,37 @@ static void check_template(const char *dir, const char *name, dt_chat_kind want,
  * against TRL's rows of them: the completion scored from where the prompt's generation prompt and prompt + completion
  * diverge, as SFTTrainer's completion_only_loss scores it. */
 static void check_chat_completions(const char *dir, const char *name, dt_chat_kind kind, const char *tokenizer, int seq, size_t n) {
-    char path[600], what[200];
+    char file[96], fixture[96], what[200];
     dt_bpe *tok = NULL;
     dt_sft *d = NULL;
     dt_safetensors *f = NULL;
-    snprintf(path, sizeof path, "%s/sft/%s", dir, tokenizer);
-    dt_status st = dt_bpe_load_json(path, &tok);
-    snprintf(path, sizeof path, "%s/sft/%s_completion.jsonl", dir, name);
-    if (!st) st = dt_sft_load(path, tok, kind, -1, seq, &d);
-    snprintf(path, sizeof path, "%s/sft/%s_completion.safetensors", dir, name);
-    if (!st) st = dt_safetensors_open(path, &f);
+    snprintf(file, sizeof file, "sft/%s_completion.jsonl", name);
+    snprintf(fixture, sizeof fixture, "sft/%s_completion.safetensors", name);
+    dt_status st = fixture_sft_open(dir, tokenizer, kind, seq, file, fixture, &tok, &d, &f);
     snprintf(what, sizeof what, "%s: %zu conversational prompts and completions: tokens and scored targets are TRL's", name, n);
     if (!st) check(what, rows_match(d, f, n, seq), NULL);
     else printf("FAIL %s: %s\n", what, dt_last_error()), failed++;
     dt_safetensors_close(f);
     dt_sft_destroy(d);
     dt_bpe_destroy(tok);
+}
+
+/* GRPO's prompts file of these lines, read by the fixture tokenizer and template chat: refused with needle in the error. */
+static void grpo_refused(const char *dir, const char *what, const char *lines, dt_chat_kind chat, const char *needle) {
+    char path[] = "/tmp/dtrain_grpo_bad_XXXXXX.jsonl";
+    int fd = mkstemps(path, 6);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (f) fputs(lines, f), fclose(f);
+    dt_grpo_prompts gp = { 0 };
+    dt_bpe *tok = NULL;
+    dt_chat_kind ignored;
+    int eos;
+    bool refused = f && !load_tokenizer(dir, &tok, &ignored, &eos) && dt_grpo_prompts_read(&gp, path, tok, chat, &(dt_chat_kwargs){ .thinking = true }, 64) &&
+                   strstr(dt_last_error(), needle);
+    check(what, refused, dt_last_error());
+    dt_grpo_prompts_free(&gp);
+    dt_bpe_destroy(tok);
+    unlink(path);
 }
 
 /* Llama 3.2's server prompt names today's date where a request names none (its template's strftime_now("%d %b %Y"),
@@ -527,22 +544,16 @@ int main(int argc, char **argv) {
     check_chat_completions(dir, "qwen3", DT_CHAT_QWEN3, "tokenizer.json", TMAX - 1, 4);
     check_chat_completions(dir, "llama3_1", DT_CHAT_LLAMA31, "llama3_tokenizer.json", TMAX - 1, 4);
     check_today();
-    {
-        char path[] = "/tmp/dtrain_grpo_plain_XXXXXX.jsonl";
-        int fd = mkstemps(path, 6);
-        FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-        if (f) fputs("{\"prompt\": \"a text\"}\n{\"prompt\": [{\"role\": \"user\", \"content\": \"Hi\"}]}\n", f), fclose(f);
-        dt_grpo_prompts gp = { 0 };
-        dt_bpe *tok = NULL;
-        dt_chat_kind ignored;
-        int eos;
-        bool refused = f && !load_tokenizer(dir, &tok, &ignored, &eos) && dt_grpo_prompts_read(&gp, path, tok, DT_CHAT_NONE, &(dt_chat_kwargs){ .thinking = true }, 64) &&
-                       strstr(dt_last_error(), ":2: a conversational prompt needs a tokenizer and a chat template");
-        check("refused: a GRPO conversational prompt without a chat template (its line named)", refused, dt_last_error());
-        dt_grpo_prompts_free(&gp);
-        dt_bpe_destroy(tok);
-        unlink(path);
-    }
+    grpo_refused(dir, "refused: a GRPO conversational prompt without a chat template (its line named)",
+                 "{\"prompt\": \"a text\"}\n{\"prompt\": [{\"role\": \"user\", \"content\": \"Hi\"}]}\n", DT_CHAT_NONE,
+                 ":2: a conversational prompt needs a tokenizer and a chat template");
+    grpo_refused(dir, "refused: a GRPO text prompt with tools (its line named)", "{\"prompt\": \"a text\", \"tools\": []}\n", DT_CHAT_QWEN25,
+                 ":1: \"tools\" is a list of the tools a conversational prompt's model may call");
+    grpo_refused(dir, "refused: a GRPO prompt's tools that are not a list",
+                 "{\"prompt\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"tools\": \"{}\"}\n", DT_CHAT_QWEN25, ":1: \"tools\" is a list");
+    grpo_refused(dir, "refused: a GRPO prompt's tools for a template that renders none",
+                 "{\"prompt\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"tools\": [{\"type\": \"function\"}]}\n", DT_CHAT_CHATML,
+                 ":1: 'tools': the ChatML template renders no tool calls");
     check_reasoning_split();
     refused(dir, "refused: a line that is not JSON", "{\"messages\": [", DT_CHAT_CHATML, "not JSON");
     refused(dir, "refused: a line without messages or prompt and completion", "{\"text\": \"hi\"}", DT_CHAT_CHATML, "neither");

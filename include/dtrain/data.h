@@ -134,6 +134,9 @@ typedef struct {
  * dt_chat_append, each call's arguments an object or its JSON text (written as the object, as vLLM passes them); a
  * tool's result (m, of messages: consecutive ones share a user turn in Qwen's) into *out. */
 bool dt_chat_has_tools(const struct cJSON *tools);
+/* A data set line's "tools" (a list, or its JSON text as data sets keep it, which TRL reads too; *parsed: the list
+ * parsed from that text, which the caller deletes): NULL where it has none (or null), *bad where it holds another. */
+const struct cJSON *dt_chat_line_tools(const struct cJSON *line, struct cJSON **parsed, bool *bad);
 dt_status dt_chat_tools_check(const dt_chat_template *t, const char *what);
 dt_status dt_chat_tools_turn(const dt_chat_template *t, const struct cJSON *messages, const dt_chat_kwargs *kw, char **out, int *used);
 dt_status dt_chat_tool_calls(const dt_chat_template *t, const char *content, const struct cJSON *calls, int i, char **buf, size_t *len,

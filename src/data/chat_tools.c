@@ -24,6 +24,14 @@ static dt_status put(char **buf, size_t *len, size_t *cap, const char *s) { retu
 
 bool dt_chat_has_tools(const cJSON *tools) { return cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0; }
 
+const cJSON *dt_chat_line_tools(const cJSON *line, cJSON **parsed, bool *bad) {
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(line, "tools");
+    *parsed = cJSON_IsString(tools) ? dt_json_parse_whole(tools->valuestring) : NULL;
+    if (*parsed) tools = *parsed;
+    *bad = tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools);
+    return cJSON_IsArray(tools) ? tools : NULL;
+}
+
 dt_status dt_chat_tools_check(const dt_chat_template *t, const char *what) {
     if (t->tools) return DT_OK;
     return dt_error(DT_ERR_ARG, "%s: the %s template renders no tool calls in this build (Qwen 2.5's, Qwen 3's, Llama 3.1's and "

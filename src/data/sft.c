@@ -312,10 +312,10 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
     if (pst) return pst;
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages"), *p = cJSON_GetObjectItemCaseSensitive(j, "prompt"),
                 *c = cJSON_GetObjectItemCaseSensitive(j, "completion"), *ch = cJSON_GetObjectItemCaseSensitive(j, "chosen"),
-                *rj = cJSON_GetObjectItemCaseSensitive(j, "rejected"), *tools = cJSON_GetObjectItemCaseSensitive(j, "tools");
-    /* (a data set may hold the tools as their JSON text, as TRL reads them) */
-    cJSON *parsed = cJSON_IsString(tools) ? dt_json_parse_whole(tools->valuestring) : NULL;
-    if (parsed) tools = parsed;
+                *rj = cJSON_GetObjectItemCaseSensitive(j, "rejected");
+    cJSON *parsed = NULL;
+    bool bad_tools;
+    const cJSON *tools = dt_chat_line_tools(j, &parsed, &bad_tools);
     seq s = { 0 }, s2 = { 0 };
     int pair = ch || rj;
     dt_status st = pair && !p ? extract_prompt(j, where) : DT_OK;
@@ -324,7 +324,7 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
         rj = cJSON_GetObjectItemCaseSensitive(j, "rejected");
     bool chats = cJSON_IsArray(msgs) || cJSON_IsArray(p);
     if (st) {
-    } else if (tools && !cJSON_IsNull(tools) && (!cJSON_IsArray(tools) || !chats)) {
+    } else if (bad_tools || (tools && !chats)) {
         st = dt_error(DT_ERR_IO, "%s: \"tools\" is a list of the tools a chat's messages may call ({\"type\": \"function\", \"function\": "
                       "{...}}, or the list's JSON text), beside \"messages\" or a conversational pair", where);
     } else if (d->pairs >= 0 && pair != d->pairs) {

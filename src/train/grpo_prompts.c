@@ -70,10 +70,17 @@ dt_status dt_grpo_prompts_read(dt_grpo_prompts *gp, const char *path, dt_bpe *to
         cJSON *j = NULL;
         if ((st = dt_json_parse_line(s, where, &j))) break;
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
-        st = cJSON_IsArray(p) ? add_messages(gp, p, where, tok, chat, kw, T)
+        cJSON *parsed = NULL;
+        bool bad_tools;
+        dt_chat_kwargs with = *kw; /* (a line's tools, rendered into its prompt as SFT's chats are) */
+        with.tools = dt_chat_line_tools(j, &parsed, &bad_tools);
+        st = bad_tools || (with.tools && !cJSON_IsArray(p))
+               ? dt_error(DT_ERR_IO, "%s: \"tools\" is a list of the tools a conversational prompt's model may call ({\"type\": "
+                          "\"function\", \"function\": {...}}, or the list's JSON text)", where)
+           : cJSON_IsArray(p) ? add_messages(gp, p, where, tok, chat, &with, T)
            : !cJSON_IsString(p) ? dt_error(DT_ERR_IO, "%s: no \"prompt\" text or messages", where)
                                 : add_prompt(gp, p->valuestring, NULL, where, tok, true, T);
-        cJSON_Delete(j);
+        cJSON_Delete(j), cJSON_Delete(parsed);
     }
     free(text);
     if (!st && gp->n == 0) st = dt_error(DT_ERR_IO, "--grpo %s: no prompts", path);

@@ -11,8 +11,9 @@ typedef struct {
     int *len, n;
 } dt_grpo_prompts;
 
-/* A .jsonl of {"prompt": text} or {"prompt": [messages]} (TRL's prompt-only forms, standard and conversational; other
- * keys ignored), or any other file's lines: each tokenized by tok (NULL: bytes; a text after the tokenizer's
+/* A .jsonl of {"prompt": text} or {"prompt": [messages]} (TRL's prompt-only forms, standard and conversational; a
+ * conversational prompt's "tools", a list or its JSON text, rendered into it as the template writes them; other keys
+ * ignored), or any other file's lines: each tokenized by tok (NULL: bytes; a text after the tokenizer's
  * begin-of-text, as TRL's GRPOTrainer tokenizes it; messages rendered by the chat template with the assistant's head
  * last (as kw asks) and tokenized as they are, as its apply_chat_template) and refused, naming its
  * line, when empty or not shorter than T tokens, or messages without a template. */
