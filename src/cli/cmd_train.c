@@ -77,7 +77,7 @@ static void usage(FILE *f) {
             "  --dpo-beta X       DPO's beta, how far from the reference the policy may go (0.1, TRL's default)\n"
             "  --grpo FILE        GRPO (TRL's GRPOTrainer): each step rolls out --grpo-group G (8) completions of the\n"
             "                     next prompts of FILE (.jsonl of {\"prompt\": text} or {\"prompt\": [messages]}, the\n"
-            "                     chat template's prompt, or a prompt a line) with the\n"
+            "                     chat template's prompt, with a line's \"tools\" in it; or a prompt a line) with the\n"
             "                     decoder over the weights as they are, scores them by --reward, and trains on them:\n"
             "                     a completion's advantage is its reward less its group's mean over the group's\n"
             "                     standard deviation; --batch x --grad-accum rows a rank a step, whole groups; data\n"
