@@ -13,7 +13,9 @@ Writes tests/fixtures/grpo/:
                         "K.loss", "K.grad.<name>" and "K.kl" (TRL's kl metric: the mean over the tokens); "plain.*" the
                         same for loss grpo with use_bias_correction_kl=False (TRL's default, True, takes the KL term
                         times the ratio); and "clip.loss", "clip.grad.<name>", "clip.ratio": loss grpo
-                        with pi_old's log-probabilities given ("old_logps" [R, C], TRL's of old.safetensors)
+                        with pi_old's log-probabilities given ("old_logps" [R, C], TRL's of old.safetensors);
+                        "tools.*" loss dapo with "tool_mask" [R, C] (a tool's results inside the longer completions,
+                        their tokens 0: TRL's tool_mask, taken out of the loss and of its token count)
 Every prompt has the same length: TRL left-pads prompts and Llama then reads positions shifted by the padding (the
 same attention under rotary positions, up to rounding); dtrain's rows start each at position 0.
 Run with the baselines' environment (scripts/make-baselines-venv.sh, with trl):
@@ -94,10 +96,19 @@ def main():
            "mask": mask.to(torch.int32).contiguous(), "rewards": rewards, "advantages": advantages.float().contiguous()}
     ids = torch.cat([prompts, completion], 1)
     att = torch.cat([torch.ones_like(prompts), mask], 1)
+    # a tool's results inside the longer completions (TRL's tool_mask: 0 for their tokens), for the "tools" case
+    tool_mask = torch.ones(R, C, dtype=torch.int64)
+    for i, n in enumerate(LENGTHS):
+        if n >= 6:
+            tool_mask[i, 2:4] = 0
+    out["tool_mask"] = tool_mask.to(torch.int32).contiguous()
     with tempfile.TemporaryDirectory() as tmp:
-        for kind in ("dapo", "grpo", "dr_grpo", "plain"):
+        for kind in ("dapo", "grpo", "dr_grpo", "plain", "tools"):
             tr = (trainer_for(policy, ref, tok, "grpo", tmp + "/plain", use_bias_correction_kl=False) if kind == "plain"
+                  else trainer_for(policy, ref, tok, "dapo", tmp + "/tools") if kind == "tools"
                   else trainer_for(policy, ref, tok, kind, tmp))
+            if kind == "tools":
+                inputs = dict(inputs, tool_mask=tool_mask, num_items_in_batch=(mask * tool_mask).sum())
             with torch.no_grad():
                 ref_lp, _, _ = tr._get_per_token_logps_and_entropies(ref, ids, att, C)
                 old_lp, _, _ = tr._get_per_token_logps_and_entropies(old, ids, att, C)

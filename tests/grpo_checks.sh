@@ -4,7 +4,8 @@
 # with 2 micro-batches, DDP 2 and ZeRO-2 on 2 ranks (the rollouts are drawn from each prompt's place in the stream,
 # so every layout decodes the same completions); step 1's KL is 0 (the reference is the starting model); a reward
 # program answering what the rule answers trains the same; a second iteration over a rollout reuses its rewards;
-# the reward rises over 40 steps; and what cannot be is refused before any step.
+# the reward rises over 40 steps; tool calls run by a program (--grpo-tools) on a model fine-tuned to call; and what
+# cannot be is refused before any step.
 # usage: grpo_checks.sh DTRAIN
 set -u
 DTRAIN=$1
@@ -96,6 +97,63 @@ printf '{"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user",
         "$dir/chat2.seen")" = 4 ] && [ "$(wc -l < "$dir/chat2.seen")" = 8 ] &&
     ok "conversational prompts by Llama 3.1's template (--chat-template-kwargs' date): 2 steps, the reward program reading their messages" ||
     fail "conversational prompts: $(tail -2 "$dir/chat2.out")"
+# ---- tools (--grpo-tools): a model fine-tuned on one chat whose answer calls add (Llama 3.1's template, its tools in
+# the prompt's line) rolls out the call; the program runs it (one {"name", "arguments"} line in, a result line out),
+# the result goes in as the template writes it and the completion goes on; the reward program reads the answer with
+# its call and the result; DDP 2 gives one process's losses, rewards and KL (the results' tokens unscored: test_grpo) ----
+m="$dir/calls"
+mkdir -p "$m"
+python3 -c 'import json, sys
+cases = json.load(open(sys.argv[1]))
+tools = next(c["tools"] for c in cases["cases"] if c.get("tools"))
+call = {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}
+msgs = [{"role": "user", "content": "2 + 3?"}]
+print(json.dumps({"messages": msgs + [{"role": "assistant", "content": None, "tool_calls": [call]}], "tools": tools}), file=open(sys.argv[2], "w"))
+print(json.dumps({"prompt": msgs, "tools": json.dumps(tools)}), file=open(sys.argv[3], "w"))
+json.dump({"chat_template": cases["chat_template"], "eos_token": "<|eot_id|>"}, open(sys.argv[4], "w"))' \
+    "$(dirname "$0")/fixtures/sft/llama3_1_prompts.json" "$m/chat.jsonl" "$m/prompts.jsonl" "$m/tokenizer_config.json"
+cp "$(dirname "$0")/fixtures/sft/llama3_tokenizer.json" "$m/tokenizer.json"
+"$DTRAIN" train --model llama-tiny --data "$m/chat.jsonl" --tokenizer "$m/tokenizer.json" --chat-template llama3.1 --layers 2 --channels 64 \
+    --heads 4 --kv-heads 2 --ffn 160 --vocab 2048 --max-seq 1024 --seq 1023 --batch 1 --steps 150 --lr 3e-3 --threads 2 --quiet \
+    --save "$m/ck" > "$m/sft.log" 2>&1 && "$DTRAIN" ckpt export "$m/ck" "$m/model" > /dev/null 2>&1 &&
+    cp "$m/tokenizer.json" "$m/tokenizer_config.json" "$m/model/" || fail "fine-tuning the tool-calling model: $(tail -2 "$m/sft.log")"
+tools_run() { # NAME ARGS...: 2 steps of 2 completions of each prompt with the tool-calling model
+    local name=$1
+    shift
+    "$DTRAIN" train --model "$m/model" --grpo "$m/prompts.jsonl" --grpo-group 2 --seq 1000 --completion-tokens 96 --steps 2 --threads 1 \
+        --grpo-tools "cmd:tee -a $m/$name.calls | awk '{ print 5 }'" --reward "cmd:tee -a $m/$name.seen | awk '{ print length(\$0) % 3 }'" \
+        --metrics "$m/$name.jsonl" "$@" > "$m/$name.out" 2>&1
+}
+want_call='{"name":"add","arguments":{"a":2,"b":3}}'
+turn='"tool_calls":[{"type":"function","function":{"name":"add","arguments":{"a":2,"b":3}}}]},{"role":"tool","name":"add","content":"5"},{"role":"assistant","content":"'
+if tools_run one --batch 4; then
+    calls=$(grep -c . "$m/one.calls")
+    turns=$(grep -cF "$turn" "$m/one.seen")
+    [ "$calls" -gt 0 ] && [ "$(grep -cxF "$want_call" "$m/one.calls")" = "$calls" ] && [ "$turns" -gt 0 ] && [ "$turns" -le "$calls" ] &&
+        ok "--grpo-tools: $calls calls of add(2, 3) in 8 completions, each run by the program; $turns completions went on after the result, the reward reading the call, the result and the answer after it" ||
+        fail "--grpo-tools: calls '$(head -2 "$m/one.calls")', reward lines '$(head -c 600 "$m/one.seen")'"
+    tools_run ddp --nproc 2 --batch 2
+    l=$(differs loss "$m/one.jsonl" "$m/ddp.jsonl" 2)
+    r=$(differs reward "$m/one.jsonl" "$m/ddp.jsonl" 2)
+    [ "${l#* }" = 0 ] && [ "${r#* }" = 0 ] && [ "$(sort "$m/ddp.calls" | uniq -c)" = "$(sort "$m/one.calls" | uniq -c)" ] &&
+        [ "$(sort "$m/ddp.seen")" = "$(sort "$m/one.seen")" ] &&
+        ok "--grpo-tools on DDP 2: one process's calls, completions, rewards and losses (within ${l% *})" || fail "--grpo-tools DDP 2: losses ${l% *}, rewards ${r% *}"
+    tools_run once --batch 4 --grpo-tool-turns 1
+    [ "$(grep -c . "$m/once.calls")" = "$(grep -cF "$turn" "$m/once.seen")" ] && ! grep -q '"role":"tool".*"role":"tool"' "$m/once.seen" &&
+        ok "--grpo-tool-turns 1: one round of calls a completion ($(grep -c . "$m/once.calls") calls, each followed by one answer)" ||
+        fail "--grpo-tool-turns 1: $(grep -c . "$m/once.calls") calls, $(grep -cF "$turn" "$m/once.seen") completions with a result"
+else
+    fail "--grpo-tools: $(tail -2 "$m/one.out")"
+fi
+"$DTRAIN" train --model "$m/model" --grpo "$m/prompts.jsonl" --grpo-group 2 --batch 2 --seq 1000 --completion-tokens 96 --steps 1 \
+    --threads 1 --grpo-tools "cmd:cat > /dev/null" --reward contains:e > "$m/silent.out" 2>&1
+[ $? -ne 0 ] && grep -q -- "--grpo-tools cmd:cat > /dev/null: 0 result lines for 2 calls" "$m/silent.out" &&
+    ok "a tool program that answers nothing: the run ends naming it" || fail "a silent tool program: $(tail -2 "$m/silent.out")"
+refused "--grpo-tools that is not cmd:" "--grpo-tools run.sh: cmd:COMMAND" --grpo-tools run.sh --grpo-group 2
+refused "--grpo-tools without a template that renders tool calls" "renders tool calls" --grpo-tools "cmd:cat" --grpo-group 2
+"$DTRAIN" train --model llama-tiny --vocab 256 --grpo-tools cmd:cat --steps 1 > "$dir/notools.out" 2>&1
+[ $? -ne 0 ] && grep -q "give the prompts with --grpo FILE" "$dir/notools.out" && ok "--grpo-tools without --grpo refused" ||
+    fail "--grpo-tools alone: $(tail -1 "$dir/notools.out")"
 head -c 300 /usr/share/common-licenses/GPL-3 | tr '\n' ' ' > "$dir/long.txt"
 refused "a prompt longer than a row" "long.txt:1: the prompt is 300 tokens" --grpo "$dir/long.txt" --grpo-group 2
 # the boundary: a row of --seq 40 holds a 39-byte prompt and a completion token, not a 40-byte one

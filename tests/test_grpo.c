@@ -1,7 +1,7 @@
 /* GRPO against TRL's GRPOTrainer (scripts/make_grpo_fixtures.py): the group advantages, the reference's per-token
  * log-probabilities recorded by forwards of its weights, the loss and every gradient for each loss kind (dapo, grpo,
  * dr_grpo; beta 0.04, pi_old = pi; the KL term times the ratio, TRL's default, and plain) and for a second iteration whose pi_old is another model's (the clipped ratio and
- * TRL's clip ratio), the KL metric; two micro-batches give one batch's loss and gradients; and the reward rules and a
+ * TRL's clip ratio), with a tool's results in the completions (TRL's tool_mask), the KL metric; two micro-batches give one batch's loss and gradients; and the reward rules and a
  * reward program, with the program's failures named. */
 #include "dtrain/io.h"
 #include "dtrain/kernels.h"
@@ -33,23 +33,28 @@ static dt_status load(dt_program *p, const char *dir, const char *name) {
     return st;
 }
 
-/* The rows as dt_grpo_row makes them from TRL's prompts, completions and masks; the advantages against TRL's. */
-static dt_status rows(void) {
-    int32_t prompt[R * P], comp[R * C], mask[R * C];
+/* The rows as dt_grpo_row makes them from TRL's prompts, completions and masks (tools: and its tool_mask, a tool's
+ * results unscored); the advantages against TRL's. */
+static dt_status rows(bool tools) {
+    int32_t prompt[R * P], comp[R * C], mask[R * C], tool[R * C];
+    unsigned char model[C];
     float rewards[R], want[R];
     int dims[1] = { R };
     dt_status st = dt_safetensors_read_i32(pol, "prompt", R * P, prompt);
     if (!st) st = dt_safetensors_read_i32(pol, "completion", R * C, comp);
     if (!st) st = dt_safetensors_read_i32(pol, "mask", R * C, mask);
+    if (!st) st = dt_safetensors_read_i32(pol, "tool_mask", R * C, tool);
     if (!st) st = dt_safetensors_read(pol, "rewards", 1, dims, 0, rewards);
     if (!st) st = dt_safetensors_read(pol, "advantages", 1, dims, 0, want);
     if (st) return st;
+    ntokens = 0;
     for (int r = 0; r < R; r++) {
         int n = 0;
-        for (int t = 0; t < C; t++) n += mask[r * C + t];
-        ntokens += n;
-        dt_grpo_row(prompt + r * P, P, comp + r * C, n, T, in + r * T, tg + r * T);
+        for (int t = 0; t < C; t++) n += mask[r * C + t], model[t] = !tools || tool[r * C + t];
+        for (int t = 0; t < n; t++) ntokens += model[t];
+        dt_grpo_row(prompt + r * P, P, comp + r * C, model, n, T, in + r * T, tg + r * T);
     }
+    if (tools) return DT_OK;
     dt_grpo_advantages(rewards, R, G, adv);
     char detail[64];
     snprintf(detail, sizeof detail, "worst %.1e", rel_err(adv, want, R));
@@ -96,7 +101,7 @@ static void check_kind(const char *dir, dt_grpo_loss kind, const char *prefix, c
     if (!st) st = dt_program_set_token_loss(ref, dt_grpo_token_loss, g);
     if (!st) st = load(ref, dir, "ref");
     if (!st) dt_grpo_begin(g, adv, 1.0 / ntokens), dt_grpo_restart(g, DT_GRPO_RECORD_REF), st = pass(ref, 0, R, 0, &ignored);
-    if (!st && kind == DT_GRPO_LOSS_DAPO) check_reference(g);
+    if (!st && !strcmp(prefix, "dapo")) check_reference(g);
     /* pi_old: recorded by a first pass (of another model's weights for the clipped case), then pi trains against it */
     if (!st && old) st = load(p, dir, old);
     if (!st && old) dt_grpo_restart(g, DT_GRPO_RECORD_OLD), st = pass(p, 0, R, 0, &ignored);
@@ -131,7 +136,7 @@ static void check_kind(const char *dir, dt_grpo_loss kind, const char *prefix, c
         check(what, s[DT_GRPO_TOKENS] == ntokens && fabs(mine - stat) <= 1e-5 * fmax(1, fabs(stat)) && (!old || stat > 0.05), detail);
     }
     /* dapo in two micro-batches of 4 rows, each averaged by the engine (grad_scale 1/2, the token weight twice) */
-    if (kind == DT_GRPO_LOSS_DAPO) {
+    if (!strcmp(prefix, "dapo")) {
         float *g1 = malloc(m.nparams * sizeof(float)), l1 = 0, l2 = 0;
         if (!g1) goto out;
         memcpy(g1, m.grads(m.self), m.nparams * sizeof(float));
@@ -159,15 +164,15 @@ static void check_rewards(void) {
     size_t lens[3] = { strlen(texts[0]), strlen(texts[1]), 4 };
     float out[3];
     dt_reward *rw = NULL;
-    bool ok = !dt_reward_create("contains:LORD", &rw) && !dt_reward_score(rw, 3, prompts, NULL, texts, lens, out) && out[0] == 1 && out[1] == 0 && out[2] == 1;
+    bool ok = !dt_reward_create("contains:LORD", &rw) && !dt_reward_score(rw, 3, prompts, NULL, texts, lens, NULL, out) && out[0] == 1 && out[1] == 0 && out[2] == 1;
     dt_reward_destroy(rw);
-    ok = ok && !dt_reward_create("count:LORD", &rw) && !dt_reward_score(rw, 3, prompts, NULL, texts, lens, out) && out[0] == 2 && out[1] == 0 && out[2] == 1;
+    ok = ok && !dt_reward_create("count:LORD", &rw) && !dt_reward_score(rw, 3, prompts, NULL, texts, lens, NULL, out) && out[0] == 2 && out[1] == 0 && out[2] == 1;
     dt_reward_destroy(rw);
     check("contains:WORD and count:WORD score the completions", ok, NULL);
     char log[64], cmd[200];
     snprintf(log, sizeof log, "/tmp/dtrain_reward_%d.jsonl", (int)getpid());
     snprintf(cmd, sizeof cmd, "cmd:tee %s | awk '{print NR / 10}'", log);
-    ok = !dt_reward_create(cmd, &rw) && !dt_reward_score(rw, 3, prompts, NULL, texts, lens, out);
+    ok = !dt_reward_create(cmd, &rw) && !dt_reward_score(rw, 3, prompts, NULL, texts, lens, NULL, out);
     dt_reward_destroy(rw);
     char *seen = NULL;
     size_t n = 0;
@@ -182,7 +187,7 @@ static void check_rewards(void) {
     /* a conversational prompt's line: its messages and the answer as messages, as TRL's reward functions get them */
     const char *msgs[3] = { "[{\"role\":\"user\",\"content\":\"Say \\\"hi\\\"\"}]", NULL, "[]" };
     snprintf(cmd, sizeof cmd, "cmd:cat > %s; echo 1; echo 2; echo 3", log);
-    ok = !dt_reward_create(cmd, &rw) && !dt_reward_score(rw, 3, prompts, msgs, texts, lens, out);
+    ok = !dt_reward_create(cmd, &rw) && !dt_reward_score(rw, 3, prompts, msgs, texts, lens, NULL, out);
     dt_reward_destroy(rw);
     want = "{\"prompt\": [{\"role\":\"user\",\"content\":\"Say \\\"hi\\\"\"}], \"completion\": [{\"role\": \"assistant\", \"content\": "
            "\"the LORD and the LORD\"}]}\n"
@@ -200,7 +205,7 @@ static void check_rewards(void) {
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         dt_status st = dt_reward_create(bad[k][0], &rw);
-        if (!st) st = dt_reward_score(rw, 3, prompts, NULL, texts, lens, out);
+        if (!st) st = dt_reward_score(rw, 3, prompts, NULL, texts, lens, NULL, out);
         dt_reward_destroy(rw);
         rw = NULL;
         snprintf(cmd, sizeof cmd, "--reward %s: refused (%s)", bad[k][0], bad[k][1]);
@@ -215,13 +220,16 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/grpo/policy.safetensors", dir);
     dt_status st = dt_safetensors_open(path, &pol);
     if (!st) st = fixture_config(pol, path, &cfg);
-    if (!st) st = rows();
+    if (!st) st = rows(false);
     if (st) { printf("FAIL: %s\n", dt_last_error()); return 1; }
     check_kind(dir, DT_GRPO_LOSS_DAPO, "dapo", NULL, 0);
     check_kind(dir, DT_GRPO_LOSS_GRPO, "grpo", NULL, 0);
     check_kind(dir, DT_GRPO_LOSS_DR_GRPO, "dr_grpo", NULL, 0);
     check_kind(dir, DT_GRPO_LOSS_GRPO, "plain", NULL, 1);
     check_kind(dir, DT_GRPO_LOSS_GRPO, "clip", "old", 0);
+    /* a tool's results in the completions (--grpo-tools' rows): out of the loss and of dapo's token count */
+    if ((st = rows(true))) { printf("FAIL: %s\n", dt_last_error()); return 1; }
+    check_kind(dir, DT_GRPO_LOSS_DAPO, "tools", NULL, 0);
     check_rewards();
     dt_safetensors_close(pol);
     printf(failed ? "%d FAILED\n" : "all passed\n", failed);

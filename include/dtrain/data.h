@@ -142,6 +142,18 @@ dt_status dt_chat_tools_turn(const dt_chat_template *t, const struct cJSON *mess
 dt_status dt_chat_tool_calls(const dt_chat_template *t, const char *content, const struct cJSON *calls, int i, char **buf, size_t *len,
                              size_t *cap);
 dt_status dt_chat_tool_result(const dt_chat_template *t, const struct cJSON *messages, const struct cJSON *m, int i, char **out);
+/* What follows an answer's end of turn when its calls have run, as TRL's GRPOTrainer appends it: what t writes after
+ * an end of turn, the results (results: {"role": "tool", "content"} messages) as t writes them, and the assistant's
+ * head again (with Qwen 3's empty think block where kw says no thinking), into *out (the caller frees). */
+dt_status dt_chat_tool_suffix(const dt_chat_template *t, const struct cJSON *results, const dt_chat_kwargs *kw, char **out);
+/* An answer's tool calls as the model wrote them in t's form (form: dt_chat_template.tools; data/chat_calls.c: Qwen's
+ * <tool_call> blocks as vLLM's hermes parser reads them, Llama 3.1's JSON calls as its llama3_json parser reads a
+ * stream): a JSON array of {"name", "arguments"} (the caller deletes it), *content the bytes of text before them; NULL
+ * (and *content n) where the answer makes none. Of an answer's first n bytes (a stream's so far), those that can go
+ * out as text before any call: Qwen's up to its first "<tool_call>" and short of an end that could begin one; Llama's
+ * none where it opens as a call (or may yet). */
+struct cJSON *dt_chat_calls_read(int form, const char *text, size_t n, size_t *content);
+size_t dt_chat_calls_text(int form, const char *text, size_t n);
 /* The think block an assistant message at index i of n gets when a prompt is rendered for generation (Qwen 3's
  * original template: after the last user query, the last message always, an earlier one where it has a reasoning;
  * last_query: dt_chat_last_query's). */

@@ -37,6 +37,9 @@ typedef struct {
     float temperature;        /* the sampling's (1) */
     dt_grpo_loss loss;        /* --grpo-loss (dapo, TRL's default) */
     int plain_kl;             /* --grpo-kl plain: the KL term not times the ratio (TRL's use_bias_correction_kl=False) */
+    const char *tools;        /* --grpo-tools cmd:COMMAND: runs the tools a completion calls, which then goes on (NULL: none) */
+    int tool_turns;           /* --grpo-tool-turns N: the most rounds of calls a completion makes (TRL's
+                               * max_tool_calling_iterations; 0: as many as its row holds) */
 } dt_grpo_config;
 
 typedef struct {
@@ -370,8 +373,9 @@ dt_status dt_grpo_create(const dt_grpo_config *c, int rows, int T, dt_grpo **out
 void dt_grpo_destroy(dt_grpo *g);
 void dt_grpo_advantages(const float *rewards, int n, int group, float *adv);
 /* A row of T inputs and targets: the prompt's P tokens, then the completion's C (P + C <= T + 1), the completion's
- * tokens scored (the target of position t is token t + 1), the rest padding (0, DT_IGNORE_INDEX). */
-void dt_grpo_row(const int32_t *prompt, int P, const int32_t *completion, int C, int T, int32_t *in, int32_t *tg);
+ * tokens scored (the target of position t is token t + 1) but those mask marks 0 (the tools' results in it, TRL's
+ * tool_mask; mask NULL: every one), the rest padding (0, DT_IGNORE_INDEX). */
+void dt_grpo_row(const int32_t *prompt, int P, const int32_t *completion, const unsigned char *mask, int C, int T, int32_t *in, int32_t *tg);
 void dt_grpo_begin(dt_grpo *g, const float *adv, double token_scale);
 void dt_grpo_restart(dt_grpo *g, int mode);
 void dt_grpo_stats(dt_grpo *g, double out[DT_GRPO_NSTATS], bool clear);
@@ -387,9 +391,11 @@ typedef struct dt_reward dt_reward;
 dt_status dt_reward_create(const char *spec, dt_reward **out);
 void dt_reward_destroy(dt_reward *r);
 /* The rewards of n completions (texts with their lengths) of their prompts: a prompt's text, or (messages[i] not
- * NULL; messages NULL: none) its messages, a JSON array as written. */
+ * NULL; messages NULL: none) its messages, a JSON array as written; a conversational completion that called tools
+ * (turns[i] not NULL; turns NULL: none) is its messages, a JSON array (the answers with their tool_calls, the tools'
+ * results), as TRL's reward functions get it. */
 dt_status dt_reward_score(dt_reward *r, int n, const char *const *prompts, const char *const *messages, const char *const *completions,
-                          const size_t *lens, float *out);
+                          const size_t *lens, const char *const *turns, float *out);
 
 /* Draws the loss (and validation loss) of a metrics file as an SVG, the y
  * axis linear or (log_y) logarithmic; null losses leave gaps. */

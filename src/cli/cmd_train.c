@@ -95,6 +95,11 @@ static void usage(FILE *f) {
             "  --grpo-loss L      dapo (TRL's default: over the global batch's completion tokens), grpo (each\n"
             "                     completion's mean), dr_grpo (over completions x --completion-tokens)\n"
             "  --grpo-epsilon X (0.2)  --grpo-iterations N (1: steps a rollout trains, TRL's num_iterations)\n"
+            "  --grpo-tools cmd:COMMAND  a completion's tool calls (by the chat template's form; the tools in its\n"
+            "                     prompt's line) run by COMMAND (one {\"name\", \"arguments\"} line a call in, one result line\n"
+            "                     out), their results appended as the template writes them and the completion\n"
+            "                     generated on, as TRL's GRPOTrainer(tools=...): the results unscored; the reward's\n"
+            "                     completion its answers and results; --grpo-tool-turns N (0: until the row is full)\n"
             "  --completion-tokens N  a completion's most tokens (up to the row's end, --seq)\n"
             "  --temperature X (1)  --top-k K (0: all)   GRPO's sampling; the loss reads the model's log-probabilities\n"
             "                     at temperature 1\n"
@@ -302,7 +307,7 @@ static const dt_cli_flag flags[] = {
     { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
     { "--report", "a directory" }, { "--config", "a JSON file" },
     { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--lora-dropout", "a probability from 0 to 0.999" }, { "--dpo-beta", "a number from 1e-6 to 1e6" }, { "--grpo", "a prompts file (.jsonl of {\"prompt\": text}, or one a line)" }, { "--reward", "contains:WORD, count:WORD or cmd:COMMAND" }, { "--chat-template-kwargs", "a JSON object" }, { "--grpo-loss", "dapo, grpo or dr_grpo" }, { "--grpo-kl", "corrected or plain" },
-    { "--grpo-group", "a whole number from 2 to 4096" }, { "--grpo-iterations", "a whole number from 1 to 1000" }, { "--grpo-beta", "a number from 0 to 1e6" }, { "--grpo-epsilon", "a number from 0 to 1e3" },
+    { "--grpo-group", "a whole number from 2 to 4096" }, { "--grpo-iterations", "a whole number from 1 to 1000" }, { "--grpo-tool-turns", "a whole number from 0 to 1000000" }, { "--grpo-tools", "cmd:COMMAND" }, { "--grpo-beta", "a number from 0 to 1e6" }, { "--grpo-epsilon", "a number from 0 to 1e3" },
     { "--completion-tokens", "a whole number from 1 to 1e6" }, { "--temperature", "a number from 0 to 100" }, { "--top-k", "a whole number from 0 (all) to 2^30" },
     { "--lora-targets", "module names, comma-separated (c_attn,c_proj; q_proj,v_proj)" },
     { "--lora", "PEFT's adapter folder (or a LoRA run's --save DIR)" },
@@ -408,7 +413,7 @@ static int path_flag(const char *f, const char *v, dt_train_config *c) {
     const struct { const char *name; const char **out; } paths[] = {
         { "--model", &c->model }, { "--init", &c->init }, { "--data", &c->data }, { "--val-data", &c->val_data },
         { "--save", &c->save }, { "--resume", &c->resume }, { "--lora-targets", &c->lora.targets }, { "--lora", &c->lora_from },
-        { "--tokenizer", &c->tokenizer }, { "--grpo", &c->grpo.prompts }, { "--reward", &c->grpo.reward },
+        { "--tokenizer", &c->tokenizer }, { "--grpo", &c->grpo.prompts }, { "--reward", &c->grpo.reward }, { "--grpo-tools", &c->grpo.tools },
         { "--chat-template-kwargs", &c->grpo.chat_kwargs },
         { "--metrics", &c->metrics }, { "--tensorboard", &c->tensorboard }, { "--trace", &c->trace }, { "--report", &c->report },
     };
@@ -542,7 +547,7 @@ static int number_flag(const char *f, const char *v, dt_train_config *c, train_o
         { "--expert-groups", 1, 4096, 1, &c->shape.expert_groups, 'i' }, { "--group-top-k", 1, 4096, 1, &c->shape.group_top_k, 'i' },
         { "--routed-scale", 1e-6, 1e3, 0, &c->shape.routed_scale, 'f' }, { "--bias-update", 0, 1, 0, &c->shape.bias_rate, 'f' },
         { "--capacity-factor", 1e-6, 1e3, 0, &c->shape.capacity_factor, 'f' }, { "--lora-rank", 1, 65536, 1, &c->lora.rank, 'i' },
-        { "--lora-alpha", 1e-6, 1e6, 0, &c->lora.alpha, 'f' }, { "--lora-dropout", 0, 0.999, 0, &c->lora.dropout, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c->dpo_beta, 'd' }, { "--grpo-group", 2, 4096, 1, &c->grpo.group, 'i' }, { "--grpo-iterations", 1, 1000, 1, &c->grpo.iterations, 'i' }, { "--grpo-beta", 0, 1e6, 0, &c->grpo.beta, 'd' }, { "--grpo-epsilon", 0, 1e3, 0, &c->grpo.epsilon, 'd' }, { "--completion-tokens", 1, 1e6, 1, &c->grpo.completion, 'i' }, { "--temperature", 0, 100, 0, &c->grpo.temperature, 'f' }, { "--top-k", 0, 1 << 30, 1, &c->grpo.top_k, 'i' }, { "--moe-z-loss", 0, 1e3, 0, &c->moe_z_loss, 'f' }, { "--moe-seq-aux-loss", 0, 1e3, 0, &c->moe_seq_aux_loss, 'f' }, { "--moe-global-aux-loss", 0, 1e3, 0, &c->moe_global_aux_loss, 'f' }, { "--shared-experts", 1, 64, 1, &c->shared_experts, 'i' }, { "--moe-every", 1, 1e5, 1, &c->shape.moe_every, 'i' }, { "--first-dense", 0, 1e5, 1, &c->shape.first_dense, 'i' }, { "--dense-ffn", 1, 1e7, 1, &c->shape.dense_ffn, 'i' }, { "--print-every", 1, 1e9, 1, &c->print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c->stall_timeout, 'd' },
+        { "--lora-alpha", 1e-6, 1e6, 0, &c->lora.alpha, 'f' }, { "--lora-dropout", 0, 0.999, 0, &c->lora.dropout, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c->dpo_beta, 'd' }, { "--grpo-group", 2, 4096, 1, &c->grpo.group, 'i' }, { "--grpo-iterations", 1, 1000, 1, &c->grpo.iterations, 'i' }, { "--grpo-tool-turns", 0, 1e6, 1, &c->grpo.tool_turns, 'i' }, { "--grpo-beta", 0, 1e6, 0, &c->grpo.beta, 'd' }, { "--grpo-epsilon", 0, 1e3, 0, &c->grpo.epsilon, 'd' }, { "--completion-tokens", 1, 1e6, 1, &c->grpo.completion, 'i' }, { "--temperature", 0, 100, 0, &c->grpo.temperature, 'f' }, { "--top-k", 0, 1 << 30, 1, &c->grpo.top_k, 'i' }, { "--moe-z-loss", 0, 1e3, 0, &c->moe_z_loss, 'f' }, { "--moe-seq-aux-loss", 0, 1e3, 0, &c->moe_seq_aux_loss, 'f' }, { "--moe-global-aux-loss", 0, 1e3, 0, &c->moe_global_aux_loss, 'f' }, { "--shared-experts", 1, 64, 1, &c->shared_experts, 'i' }, { "--moe-every", 1, 1e5, 1, &c->shape.moe_every, 'i' }, { "--first-dense", 0, 1e5, 1, &c->shape.first_dense, 'i' }, { "--dense-ffn", 1, 1e7, 1, &c->shape.dense_ffn, 'i' }, { "--print-every", 1, 1e9, 1, &c->print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c->stall_timeout, 'd' },
     };
     return dt_cli_number_flag(nums, sizeof nums / sizeof nums[0], f, v);
 }

@@ -140,3 +140,26 @@ dt_status dt_chat_tool_result(const dt_chat_template *t, const cJSON *messages, 
     *out = buf;
     return st;
 }
+
+dt_status dt_chat_tool_suffix(const dt_chat_template *t, const cJSON *results, const dt_chat_kwargs *kw, char **out) {
+    cJSON *msgs = cJSON_CreateArray(), *m;
+    char head[96], *buf = NULL, *turn = NULL;
+    size_t len = 0, cap = 0;
+    dt_status st = msgs ? dt_chat_tools_check(t, "tool results") : dt_error(DT_ERR_NOMEM, "out of memory");
+    /* the answer that called them first, so that the first result opens its turn as after an answer */
+    if (!st) cJSON_AddItemToArray(msgs, cJSON_CreateObject());
+    cJSON_ArrayForEach(m, results) if (!st) cJSON_AddItemToArray(msgs, cJSON_Duplicate(m, true));
+    if (!st) st = put(&buf, &len, &cap, t->after);
+    int i = 1;
+    for (const cJSON *r = msgs->child ? msgs->child->next : NULL; !st && r; r = r->next, i++) {
+        if (!(st = dt_chat_tool_result(t, msgs, r, i, &turn))) st = put(&buf, &len, &cap, turn);
+        free(turn), turn = NULL;
+    }
+    snprintf(head, sizeof head, t->head, "assistant");
+    if (!st) st = put(&buf, &len, &cap, head);
+    if (!st && t->no_think && !kw->thinking) st = put(&buf, &len, &cap, t->no_think);
+    cJSON_Delete(msgs);
+    if (st) free(buf), buf = NULL;
+    *out = buf;
+    return st;
+}

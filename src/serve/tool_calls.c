@@ -1,113 +1,35 @@
-/* An answer's tool calls, as the templates ask a model to write them. Qwen's (Hermes's form: each
- * "<tool_call>\n{"name": NAME, "arguments": {...}}\n</tool_call>"), read as vLLM's hermes parser reads them: every
- * block, the last one also where the answer ends before its "</tool_call>"; the text before the first block is the
- * message's content. Llama 3.1's (JSON: {"name": NAME, "parameters": {...}}), read as vLLM's llama3_json parser reads
- * a stream: an answer that opens with "{" (or <|python_tag|>) is calls, objects separated by ";" ("arguments" also
- * taken for "parameters"), and has no content. A call that is not such an object leaves the whole answer text, as
- * there. A stream sends the text before the first call as it comes and the calls once the answer is whole. */
+/* An answer's tool calls as OpenAI's API answers them: read in the template's form (data/chat_calls.c), each
+ * {"id": "call_<request>_<k>", "type": "function", "function": {"name", "arguments": their JSON text as vLLM writes it
+ * (Python's json.dumps, text beyond ASCII as it is)}}. A stream sends the text before the first call as it comes and
+ * the calls once the answer is whole. */
 #include "serve_internal.h"
-#include "io/json_text.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
-#define OPEN "<tool_call>"
-#define CLOSE "</tool_call>"
-#define PYTHON_TAG "<|python_tag|>"
-
-/* Call j's (a {"name", "arguments" or "parameters"} object; NULL: not one) as OpenAI's {"id", "type": "function",
- * "function": {"name", "arguments": its JSON text}}, or NULL. */
-static cJSON *one_call(const cJSON *j, long id, int k) {
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name"), *arguments = cJSON_GetObjectItemCaseSensitive(j, "arguments");
-    if (!arguments) arguments = cJSON_GetObjectItemCaseSensitive(j, "parameters");
-    char *args = NULL;
-    size_t len = 0, cap = 0;
-    cJSON *call = NULL;
-    /* the arguments' text as vLLM writes it (Python's json.dumps, text beyond ASCII as it is) */
-    if (cJSON_IsObject(j) && cJSON_IsString(name) && arguments && !dt_chat_tojson(arguments, &args, &len, &cap)) {
-        char cid[48];
-        snprintf(cid, sizeof cid, "call_%ld_%d", id, k);
-        call = cJSON_CreateObject();
-        cJSON *f = cJSON_CreateObject();
-        cJSON_AddStringToObject(call, "id", cid);
-        cJSON_AddStringToObject(call, "type", "function");
-        cJSON_AddStringToObject(f, "name", name->valuestring);
-        cJSON_AddStringToObject(f, "arguments", args);
-        cJSON_AddItemToObject(call, "function", f);
-    }
-    free(args);
-    return call;
-}
-
-/* A block's call (n bytes at a), or NULL. */
-static cJSON *block_call(const char *a, size_t n, long id, int k) {
-    char *text = malloc(n + 1);
-    if (!text) return NULL;
-    memcpy(text, a, n), text[n] = 0;
-    cJSON *j = dt_json_parse_whole(text), *call = one_call(j, id, k);
-    free(text);
-    cJSON_Delete(j);
-    return call;
-}
-
-/* Llama 3.1's calls: the answer (n bytes at text) after its <|python_tag|>, objects separated by ";"; NULL where it is
- * not that whole. */
-static cJSON *json_calls(const char *text, size_t n, long id) {
-    size_t t = strlen(PYTHON_TAG);
-    char *s = malloc(n + 1);
-    if (!s) return NULL;
-    memcpy(s, text, n), s[n] = 0;
-    const char *p = n >= t && !memcmp(s, PYTHON_TAG, t) ? s + t : s, *end;
-    cJSON *calls = cJSON_CreateArray();
-    for (int k = 0; calls; k++) {
-        cJSON *j = cJSON_ParseWithOpts(p, &end, false), *call = j ? one_call(j, id, k) : NULL;
-        cJSON_Delete(j);
-        if (!call) {
-            cJSON_Delete(calls), calls = NULL;
-            break;
-        }
-        cJSON_AddItemToArray(calls, call);
-        for (p = end; *p == ' ' || *p == '\n' || *p == '\t' || *p == '\r'; p++) {}
-        if (!*p) break;
-        if (*p++ != ';') cJSON_Delete(calls), calls = NULL;
-    }
-    free(s);
-    return calls;
-}
-
-size_t serve_tool_calls_text(int form, const char *text, size_t n) {
-    if (form == DT_CHAT_TOOLS_JSON) /* (nothing of an answer that opens as a call, or may yet) */
-        return n && (text[0] == '{' || !memcmp(text, PYTHON_TAG, n < strlen(PYTHON_TAG) ? n : strlen(PYTHON_TAG))) ? 0 : n;
-    const char *p = n ? memmem(text, n, OPEN, strlen(OPEN)) : NULL;
-    if (p) return (size_t)(p - text);
-    for (size_t k = n < strlen(OPEN) - 1 ? n : strlen(OPEN) - 1; k > 0; k--)
-        if (!memcmp(text + n - k, OPEN, k)) return n - k;
-    return n;
-}
+size_t serve_tool_calls_text(int form, const char *text, size_t n) { return dt_chat_calls_text(form, text, n); }
 
 cJSON *serve_tool_calls(int form, const char *text, size_t n, long id, size_t *content) {
-    const char *end = text + n, *p = memmem(text, n, OPEN, strlen(OPEN));
-    *content = n;
-    if (form == DT_CHAT_TOOLS_JSON) {
-        cJSON *calls = serve_tool_calls_text(form, text, n) ? NULL : json_calls(text, n, id);
-        if (calls) *content = 0;
-        return calls;
-    }
-    if (!p) return NULL;
-    *content = (size_t)(p - text);
-    cJSON *calls = cJSON_CreateArray();
-    for (int k = 0; calls && p; k++) {
-        const char *a = p + strlen(OPEN), *b = memmem(a, (size_t)(end - a), CLOSE, strlen(CLOSE));
-        cJSON *call = block_call(a, (size_t)((b ? b : end) - a), id, k);
-        if (!call) {
-            cJSON_Delete(calls);
-            *content = n;
-            return NULL;
+    cJSON *read = dt_chat_calls_read(form, text, n, content), *calls = read ? cJSON_CreateArray() : NULL, *c;
+    int k = 0;
+    cJSON_ArrayForEach(c, read) {
+        char cid[48], *args = NULL;
+        size_t len = 0, cap = 0;
+        if (dt_chat_tojson(cJSON_GetObjectItemCaseSensitive(c, "arguments"), &args, &len, &cap)) {
+            cJSON_Delete(calls), calls = NULL, *content = n; /* (out of memory: the answer as text) */
+            break;
         }
+        snprintf(cid, sizeof cid, "call_%ld_%d", id, k++);
+        cJSON *call = cJSON_CreateObject(), *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(call, "id", cid);
+        cJSON_AddStringToObject(call, "type", "function");
+        cJSON_AddStringToObject(f, "name", cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring);
+        cJSON_AddStringToObject(f, "arguments", args);
+        cJSON_AddItemToObject(call, "function", f);
         cJSON_AddItemToArray(calls, call);
-        p = b ? memmem(b, (size_t)(end - b), OPEN, strlen(OPEN)) : NULL;
+        free(args);
     }
+    cJSON_Delete(read);
     return calls;
 }

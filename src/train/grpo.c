@@ -79,10 +79,11 @@ void dt_grpo_advantages(const float *rewards, int n, int group, float *adv) {
     }
 }
 
-void dt_grpo_row(const int32_t *prompt, int P, const int32_t *completion, int C, int T, int32_t *in, int32_t *tg) {
+void dt_grpo_row(const int32_t *prompt, int P, const int32_t *completion, const unsigned char *mask, int C, int T, int32_t *in, int32_t *tg) {
     for (int t = 0; t < T; t++) {
+        int k = t - (P - 1); /* the completion's token that position t predicts */
         in[t] = t < P ? prompt[t] : t - P < C ? completion[t - P] : 0;
-        tg[t] = t >= P - 1 && t - (P - 1) < C ? completion[t - (P - 1)] : DT_IGNORE_INDEX;
+        tg[t] = k >= 0 && k < C && (!mask || mask[k]) ? completion[k] : DT_IGNORE_INDEX;
     }
 }
 

@@ -4,10 +4,14 @@
  * (a copy of the starting model, forward only) and hands the rows to the engine's micro-batches, whose loss is the
  * program's token loss (train/grpo.c). Everything a rank draws comes from (--seed, the prompt's place in the stream,
  * the completion's place in its group) and the decoder's rows are batch-invariant, so the same global batch on any
- * number of ranks rolls out the same completions. Data parallelism only: the decoder runs a whole model on each rank. */
+ * number of ranks rolls out the same completions. Data parallelism only: the decoder runs a whole model on each rank.
+ * With --grpo-tools, an answer that ends calling tools has them run, their results appended (unscored) and goes on,
+ * as TRL's GRPOTrainer(tools=...) rolls out: a round of calls over every row at once, then a pass of the decoder over
+ * the rows that called. */
 #include "run.h"
 #include "run_checks.h"
-#include "grpo_prompts.h"
+#include "grpo_rollout.h"
+#include "grpo_tools.h"
 #include "dtrain/infer.h"
 #include "dtrain/io.h"
 #include "dtrain/kernels.h"
@@ -18,33 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { S_ROWS, S_REWARD, S_REWARD_SQ, S_TOKENS, S_FLAT_GROUPS, S_DECODE_S, S_KL, S_CLIPPED, S_LOSS_TOKENS, S_N };
-
-typedef struct {
-    int32_t *toks;
-    int n, eos;
-    int prompt;             /* which of the file's prompts it completes */
-} completion;
-
-struct dt_grpo_run {
-    dt_grpo *g;
-    dt_reward *reward;
-    dt_gpt2 *ref;           /* the reference (beta > 0): the starting model */
-    dt_bpe *tok;            /* NULL: bytes */
-    dt_chat_kind chat;      /* conversational prompts' template (--chat-template, or the tokenizer_config.json's) */
-    int eos;                /* the end-of-text id that ends a completion (-1: none) */
-    dt_grpo_prompts prompts;
-    int rows, per_rank, T;  /* this rank's rows a step, prompts a step, positions a row */
-    int32_t *in, *tg;       /* [rows * T] */
-    completion *done;       /* [rows] */
-    float *rewards, *adv;
-    int next;               /* the next micro-batch's first row */
-    int *perm;              /* --shuffle: the prompts' order in pass perm_pass */
-    int64_t perm_pass;
-    int step;               /* steps done */
-    double stats[S_N];      /* this rollout's (and the step's loss's) figures */
-    char *sample;           /* rank 0: the first prompt's first completion, as text */
-};
 
 
 /* --chat-template-kwargs read into *kw (*json, the caller's to delete, holds its date's text). */
@@ -69,6 +46,7 @@ dt_status dt_train_check_grpo(const dt_train_config *c) {
     if (why) return dt_error(DT_ERR_UNSUPPORTED, "--grpo %s: not with %s", c->grpo.prompts, why);
     if (!c->grpo.reward || !*c->grpo.reward)
         return dt_error(DT_ERR_ARG, "--grpo %s: --reward SPEC is required (contains:WORD, count:WORD or cmd:COMMAND)", c->grpo.prompts);
+    if (c->grpo.tools && dt_grpo_tools_check(c->grpo.tools)) return DT_ERR_ARG;
     dt_reward *probe = NULL;
     dt_status st = dt_reward_create(c->grpo.reward, &probe); /* the spec's form, said before any work */
     dt_reward_destroy(probe);
@@ -119,8 +97,10 @@ static dt_status alloc_rows(dt_grpo_run *gr) {
     gr->done = calloc((size_t)gr->rows, sizeof *gr->done);
     gr->rewards = malloc((size_t)gr->rows * sizeof(float)), gr->adv = malloc((size_t)gr->rows * sizeof(float));
     gr->perm = malloc((size_t)gr->prompts.n * sizeof(int)), gr->perm_pass = -1;
-    bool ok = gr->in && gr->tg && gr->done && gr->rewards && gr->adv && gr->perm;
-    for (int i = 0; ok && i < gr->rows; i++) ok = (gr->done[i].toks = malloc((size_t)(gr->T + 1) * sizeof(int32_t))) != NULL;
+    gr->ctx = malloc((size_t)gr->rows * (size_t)(gr->T + 1) * sizeof(int32_t));
+    bool ok = gr->in && gr->tg && gr->done && gr->rewards && gr->adv && gr->perm && gr->ctx;
+    for (int i = 0; ok && i < gr->rows; i++)
+        ok = (gr->done[i].toks = malloc((size_t)(gr->T + 1) * sizeof(int32_t))) && (gr->done[i].mask = malloc((size_t)gr->T + 1));
     return ok ? DT_OK : dt_error(DT_ERR_NOMEM, "GRPO: out of memory for %d rows of %d", gr->rows, gr->T);
 }
 
@@ -136,6 +116,11 @@ dt_status dt_train_setup_grpo(run *r) {
     if (!(st = open_tokenizer(r, gr)) && !(st = chat_kwargs(c, &kwj, &kw)))
         st = dt_grpo_prompts_read(&gr->prompts, c->grpo.prompts, gr->tok, gr->chat, &kw, gr->T);
     cJSON_Delete(kwj);
+    const dt_chat_template *t = dt_chat_template_of(gr->chat);
+    if (!st && c->grpo.tools && (!gr->tok || !t || !t->tools))
+        st = dt_error(DT_ERR_ARG, "--grpo-tools %s: a completion's calls are read and their results written by a chat template that "
+                      "renders tool calls (Qwen 2.5's, Qwen 3's, Llama 3.1's and 3.2's; this run's: %s)", c->grpo.tools, t ? t->name : "none");
+    gr->form = c->grpo.tools && t ? t->tools : 0, gr->thinking = kw.thinking;
     if (!st && !(st = dt_reward_create(c->grpo.reward, &gr->reward)) && !(st = dt_grpo_create(&c->grpo, gr->rows, gr->T, &gr->g)) &&
         !(st = alloc_rows(gr)))
         st = dt_program_set_token_loss(dt_gpt2_program(r->m), dt_grpo_token_loss, gr->g);
@@ -154,8 +139,8 @@ void dt_train_grpo_destroy(run *r) {
     dt_grpo_run *gr = r->grpo;
     if (!gr) return;
     dt_grpo_prompts_free(&gr->prompts);
-    for (int i = 0; gr->done && i < gr->rows; i++) free(gr->done[i].toks);
-    free(gr->in), free(gr->tg), free(gr->done), free(gr->rewards), free(gr->adv), free(gr->sample), free(gr->perm);
+    for (int i = 0; gr->done && i < gr->rows; i++) free(gr->done[i].toks), free(gr->done[i].mask), cJSON_Delete(gr->done[i].turns);
+    free(gr->in), free(gr->tg), free(gr->done), free(gr->rewards), free(gr->adv), free(gr->sample), free(gr->perm), free(gr->ctx);
     dt_grpo_destroy(gr->g);
     dt_reward_destroy(gr->reward);
     dt_gpt2_destroy(gr->ref);
@@ -166,7 +151,8 @@ void dt_train_grpo_destroy(run *r) {
 
 static int on_token(void *ctx, int32_t token, const float *logits) {
     (void)logits;
-    completion *c = ctx;
+    dt_grpo_completion *c = ctx;
+    c->mask[c->n] = 1;
     c->toks[c->n++] = token;
     return token == c->eos; /* the end-of-text token ends it, kept (TRL's completion mask holds it) */
 }
@@ -186,74 +172,90 @@ static int prompt_of(const run *r, dt_grpo_run *gr, int gen, int i, uint64_t *pl
     return gr->perm[q % (uint64_t)gr->prompts.n];
 }
 
-/* Every row's completion, all rows in one continuously batched decoder over the weights as they are now. */
-static dt_status decode(run *r, dt_grpo_run *gr, int gen) {
+/* A pass of the decoder over the weights as they are now: rows[0..n) continued together in one continuously batched
+ * run, each from its prompt and what its completion holds so far (turn 0: nothing), up to --completion-tokens in all. */
+static dt_status decode_pass(run *r, dt_grpo_run *gr, int turn, const int *rows, int n) {
     const dt_grpo_config *gc = &r->c.grpo;
     int budget = gr->rows > 256 ? gr->rows : 256;
     dt_decoder *d = NULL;
     dt_batcher *b = NULL;
-    double t0 = dt_time_now();
     dt_status st = dt_decoder_create(r->m, DT_QUANT_NONE, gr->rows, budget, gr->T + 1, &d); /* (a row's positions: prompt and completion) */
     if (!st) st = dt_batcher_create(d, budget, &b);
-    for (int i = 0; !st && i < gr->rows; i++) {
-        uint64_t q;
-        int p = prompt_of(r, gr, gen, i, &q), room = gr->T + 1 - gr->prompts.len[p];
-        uint32_t w[5] = { (uint32_t)r->c.seed, (uint32_t)(r->c.seed >> 32), (uint32_t)q, (uint32_t)(q >> 32), (uint32_t)(i % gc->group) };
-        completion *c = &gr->done[i];
-        c->n = 0, c->eos = gr->eos, c->prompt = p;
-        dt_infer_request req = { gr->prompts.toks[p], gr->prompts.len[p], gc->completion < room ? gc->completion : room,
-                                 { gc->temperature, gc->top_k, 1.0f }, dt_hash_words(DT_HASH_INIT, w, 5), on_token, NULL, c };
-        st = dt_batcher_add(b, &req);
+    int added = 0;
+    for (int k = 0; !st && k < n; k++) {
+        dt_grpo_completion *c = &gr->done[rows[k]];
+        int P = gr->prompts.len[c->prompt], room = gr->T + 1 - P - c->n, left = gc->completion - c->n;
+        int32_t *ctx = gr->ctx + (size_t)rows[k] * (size_t)(gr->T + 1);
+        memcpy(ctx, gr->prompts.toks[c->prompt], (size_t)P * sizeof *ctx), memcpy(ctx + P, c->toks, (size_t)c->n * sizeof *ctx);
+        uint32_t w[6] = { (uint32_t)r->c.seed, (uint32_t)(r->c.seed >> 32), (uint32_t)c->place, (uint32_t)(c->place >> 32),
+                          (uint32_t)(rows[k] % gc->group), (uint32_t)turn };
+        c->seg = c->n;
+        if (room <= 0 || left <= 0) continue;
+        /* (the first pass's draws as before tools were: five words) */
+        dt_infer_request req = { ctx, P + c->n, left < room ? left : room, { gc->temperature, gc->top_k, 1.0f },
+                                 dt_hash_words(DT_HASH_INIT, w, turn ? 6 : 5), on_token, NULL, c };
+        if (!(st = dt_batcher_add(b, &req))) added++;
     }
-    while (!st && dt_batcher_get_stats(b).finished < gr->rows) st = dt_batcher_step(b);
+    while (!st && dt_batcher_get_stats(b).finished < added) st = dt_batcher_step(b);
     dt_batcher_destroy(b);
     dt_decoder_destroy(d);
-    gr->stats[S_DECODE_S] = dt_time_now() - t0;
-    return st ? dt_error(st, "GRPO's rollout: %s", dt_last_error()) : DT_OK;
+    return st;
 }
 
-/* A completion's text (the end-of-text token left out, as TRL decodes with skip_special_tokens). */
-static char *completion_text(const dt_grpo_run *gr, const completion *c, size_t *len) {
-    size_t cap = 16, n = 0;
-    char *s = malloc(cap);
-    for (int t = 0; s && t < c->n; t++) {
-        if (c->toks[t] == gr->eos) continue;
-        size_t k;
-        char scratch[16];
-        const char *b = dt_token_text(gr->tok, c->toks[t], scratch, &k);
-        if (n + k + 1 > cap) {
-            char *g = realloc(s, cap = 2 * (n + k + 1));
-            if (!g) { free(s); return NULL; }
-            s = g;
-        }
-        memcpy(s + n, b, k), n += k;
+/* Every row's completion: a pass over all rows, then (--grpo-tools) rounds of calls and passes over those that called. */
+static dt_status decode(run *r, dt_grpo_run *gr, int gen) {
+    int *rows = malloc(sizeof(int) * (size_t)gr->rows), n = gr->rows;
+    double t0 = dt_time_now();
+    dt_status st = rows ? DT_OK : dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
+    for (int i = 0; !st && i < gr->rows; i++) {
+        dt_grpo_completion *c = &gr->done[i];
+        c->n = 0, c->eos = gr->eos, c->prompt = prompt_of(r, gr, gen, i, &c->place), rows[i] = i;
+        cJSON_Delete(c->turns), c->turns = NULL;
     }
-    if (s) s[n] = 0;
-    *len = n;
-    return s;
+    for (int turn = 0; !st && n > 0; turn++) {
+        st = decode_pass(r, gr, turn, rows, n);
+        bool more = gr->form && (!r->c.grpo.tool_turns || turn < r->c.grpo.tool_turns);
+        if (!st && more) st = dt_grpo_tool_round(gr, &r->c.grpo, rows, &n);
+        else n = 0;
+    }
+    for (int i = 0; !st && gr->form && i < gr->rows; i++) st = dt_grpo_last_answer(gr, &gr->done[i]);
+    free(rows);
+    gr->stats[S_DECODE_S] = dt_time_now() - t0;
+    return st ? dt_error(st, "GRPO's rollout: %s", dt_last_error()) : DT_OK;
 }
 
 /* The rows' rewards (--reward) and advantages; rank 0 keeps its first completion's text to show. */
 static dt_status score(run *r, dt_grpo_run *gr) {
     const char **prompts = malloc(sizeof(char *) * (size_t)gr->rows), **messages = malloc(sizeof(char *) * (size_t)gr->rows);
-    char **texts = calloc((size_t)gr->rows, sizeof(char *));
+    char **texts = calloc((size_t)gr->rows, sizeof(char *)), **turns = calloc((size_t)gr->rows, sizeof(char *));
     size_t *lens = malloc(sizeof(size_t) * (size_t)gr->rows);
-    dt_status st = prompts && messages && texts && lens ? DT_OK : dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
+    dt_status st = prompts && messages && texts && turns && lens ? DT_OK : dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
     for (int i = 0; !st && i < gr->rows; i++) {
-        int p = gr->done[i].prompt;
+        const dt_grpo_completion *c = &gr->done[i];
+        int p = c->prompt;
         prompts[i] = gr->prompts.text[p], messages[i] = gr->prompts.messages[p];
-        dt_grpo_row(gr->prompts.toks[p], gr->prompts.len[p], gr->done[i].toks, gr->done[i].n, gr->T, gr->in + (size_t)i * gr->T, gr->tg + (size_t)i * gr->T);
-        if (!(texts[i] = completion_text(gr, &gr->done[i], &lens[i]))) st = dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
+        dt_grpo_row(gr->prompts.toks[p], gr->prompts.len[p], c->toks, c->mask, c->n, gr->T, gr->in + (size_t)i * gr->T, gr->tg + (size_t)i * gr->T);
+        if (!(texts[i] = dt_grpo_completion_text(gr, c, 0, c->n, &lens[i])) || (c->turns && !(turns[i] = cJSON_PrintUnformatted(c->turns))))
+            st = dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
     }
-    if (!st) st = dt_reward_score(gr->reward, gr->rows, prompts, (const char *const *)messages, (const char *const *)texts, lens, gr->rewards);
+    if (!st)
+        st = dt_reward_score(gr->reward, gr->rows, prompts, (const char *const *)messages, (const char *const *)texts, lens,
+                             (const char *const *)turns, gr->rewards);
     if (!st) dt_grpo_advantages(gr->rewards, gr->rows, r->c.grpo.group, gr->adv);
     if (!st && r->rank == 0) {
         free(gr->sample);
         gr->sample = dt_utf8_clean(texts[0], lens[0], NULL);
     }
-    for (int i = 0; texts && i < gr->rows; i++) free(texts[i]);
-    free(prompts), free(messages), free(texts), free(lens);
+    for (int i = 0; texts && turns && i < gr->rows; i++) free(texts[i]), free(turns[i]);
+    free(prompts), free(messages), free(texts), free(turns), free(lens);
     return st;
+}
+
+/* The tokens of c the loss scores: the model's (not the tools' results). */
+static int scored_tokens(const dt_grpo_completion *c) {
+    int n = 0;
+    for (int t = 0; t < c->n; t++) n += c->mask[t];
+    return n;
 }
 
 /* The rollout's statistics, and dapo's weight: one over the global batch's completion tokens, times the passes the
@@ -262,7 +264,7 @@ static dt_status count(run *r, dt_grpo_run *gr, double *token_scale) {
     int G = r->c.grpo.group;
     double *s = gr->stats;
     s[S_ROWS] = gr->rows, s[S_REWARD] = s[S_REWARD_SQ] = s[S_TOKENS] = s[S_FLAT_GROUPS] = 0;
-    for (int i = 0; i < gr->rows; i++) s[S_REWARD] += gr->rewards[i], s[S_REWARD_SQ] += gr->rewards[i] * (double)gr->rewards[i], s[S_TOKENS] += gr->done[i].n;
+    for (int i = 0; i < gr->rows; i++) s[S_REWARD] += gr->rewards[i], s[S_REWARD_SQ] += gr->rewards[i] * (double)gr->rewards[i], s[S_TOKENS] += scored_tokens(&gr->done[i]);
     for (int g0 = 0; g0 < gr->rows; g0 += G) {
         bool flat = true;
         for (int k = 1; k < G; k++) flat = flat && gr->rewards[g0 + k] == gr->rewards[g0];

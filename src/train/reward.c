@@ -1,24 +1,20 @@
 /* A completion's reward for reinforcement learning on a language model: a rule (contains:WORD, count:WORD) or a
  * program the user writes (cmd:COMMAND). The program runs once per scoring (sh -c COMMAND), reads one JSON line a
  * completion, {"prompt": text, "completion": text} (bytes that are not UTF-8 as U+FFFD) or for a conversational prompt
- * {"prompt": [messages], "completion": [{"role": "assistant", "content": text}]} (TRL's form), and writes one number a
+ * {"prompt": [messages], "completion": [{"role": "assistant", "content": text}]} (TRL's form; one that called tools:
+ * its answers with their tool_calls and the tools' results), and writes one number a
  * line; dtrain writes and reads at once (poll), so a program that answers as it reads and one that answers at its
  * end both work. Its standard error is the run's. A program that fails, answers too few or too many lines, answers
  * something that is not a finite number, or says nothing for a minute is an error naming it and the line. */
 #include "dtrain/train.h"
+#include "cmd_exchange.h"
 
-#include <errno.h>
 #include <math.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 enum { KIND_CONTAINS, KIND_COUNT, KIND_CMD };
-enum { QUIET_MS = 60000 };
 
 struct dt_reward {
     int kind;
@@ -96,16 +92,18 @@ static bool put_string(char **buf, size_t *len, size_t *cap, const char *s, size
 
 /* The lines the program reads, one a completion. */
 static char *requests(int n, const char *const *prompts, const char *const *messages, const char *const *completions, const size_t *lens,
-                      size_t *out_len) {
+                      const char *const *turns, size_t *out_len) {
     char *b = NULL;
     size_t len = 0, cap = 0;
     bool ok = true;
     for (int i = 0; ok && i < n; i++) {
-        bool chat = messages && messages[i];
+        bool chat = messages && messages[i], tools = chat && turns && turns[i];
         ok = put(&b, &len, &cap, "{\"prompt\": ") &&
-             (chat ? put(&b, &len, &cap, messages[i]) : put_string(&b, &len, &cap, prompts[i], strlen(prompts[i]))) &&
-             put(&b, &len, &cap, chat ? ", \"completion\": [{\"role\": \"assistant\", \"content\": " : ", \"completion\": ") &&
-             put_string(&b, &len, &cap, completions[i], lens[i]) && put(&b, &len, &cap, chat ? "}]}\n" : "}\n");
+             (chat ? put(&b, &len, &cap, messages[i]) : put_string(&b, &len, &cap, prompts[i], strlen(prompts[i])));
+        if (ok && tools) ok = put(&b, &len, &cap, ", \"completion\": ") && put(&b, &len, &cap, turns[i]) && put(&b, &len, &cap, "}\n");
+        else if (ok)
+            ok = put(&b, &len, &cap, chat ? ", \"completion\": [{\"role\": \"assistant\", \"content\": " : ", \"completion\": ") &&
+                 put_string(&b, &len, &cap, completions[i], lens[i]) && put(&b, &len, &cap, chat ? "}]}\n" : "}\n");
     }
     if (!ok || !b) { free(b); return NULL; }
     *out_len = len;
@@ -133,70 +131,11 @@ static dt_status answers(const dt_reward *r, const char *text, int n, float *out
     return DT_OK;
 }
 
-/* Writes in[0..n) to fd_in and reads fd_out to its end, whichever is ready; a minute of silence is an error. */
-static dt_status exchange(const dt_reward *r, int fd_in, int fd_out, const char *in, size_t n, char **got, size_t *got_len) {
-    size_t sent = 0, len = 0, cap = 4096;
-    char *buf = malloc(cap);
-    if (!buf) return dt_error(DT_ERR_NOMEM, "--reward: out of memory");
-    while (fd_out >= 0) {
-        struct pollfd p[2] = { { fd_out, POLLIN, 0 }, { sent < n ? fd_in : -1, POLLOUT, 0 } };
-        int k = poll(p, 2, QUIET_MS);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) { free(buf); return dt_error(DT_ERR_IO, "--reward cmd:%s: nothing from it for %d s", r->arg, QUIET_MS / 1000); }
-        if (p[1].revents & (POLLOUT | POLLERR | POLLHUP)) {
-            ssize_t w = write(fd_in, in + sent, n - sent);
-            if (w < 0 && errno != EINTR && errno != EAGAIN) sent = n; /* it stopped reading: its answers say the rest */
-            else if (w > 0) sent += (size_t)w;
-            if (sent == n) close(fd_in), fd_in = -1;
-        }
-        if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-            if (len + 2048 > cap) {
-                char *b = realloc(buf, cap *= 2);
-                if (!b) { free(buf); return dt_error(DT_ERR_NOMEM, "--reward: out of memory"); }
-                buf = b;
-            }
-            ssize_t rd = read(fd_out, buf + len, cap - len - 1);
-            if (rd > 0) len += (size_t)rd;
-            else if (rd == 0 || errno != EINTR) fd_out = -1; /* its end */
-        }
-    }
-    if (fd_in >= 0) close(fd_in);
-    buf[len] = 0;
-    *got = buf, *got_len = len;
-    return DT_OK;
-}
-
 static dt_status run_program(const dt_reward *r, int n, const char *const *prompts, const char *const *messages,
-                             const char *const *completions, const size_t *lens, float *out) {
+                             const char *const *completions, const size_t *lens, const char *const *turns, float *out) {
     size_t nin = 0, nout = 0;
-    char *in = requests(n, prompts, messages, completions, lens, &nin), *got = NULL;
-    int to[2] = { -1, -1 }, from[2] = { -1, -1 };
-    if (!in || pipe(to) || pipe(from)) {
-        free(in);
-        for (int i = 0; i < 2; i++) { if (to[i] >= 0) close(to[i]); if (from[i] >= 0) close(from[i]); }
-        return dt_error(DT_ERR_IO, "--reward cmd:%s: %s", r->arg, in ? strerror(errno) : "out of memory");
-    }
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(to[0], 0), dup2(from[1], 1);
-        close(to[0]), close(to[1]), close(from[0]), close(from[1]);
-        execl("/bin/sh", "sh", "-c", r->arg, (char *)NULL);
-        _exit(127);
-    }
-    close(to[0]), close(from[1]);
-    void (*was)(int) = signal(SIGPIPE, SIG_IGN); /* a program that stops reading is its answers' to explain */
-    dt_status st = pid < 0 ? dt_error(DT_ERR_IO, "--reward cmd:%s: fork: %s", r->arg, strerror(errno))
-                           : exchange(r, to[1], from[0], in, nin, &got, &nout);
-    if (pid < 0) close(to[1]);
-    close(from[0]);
-    int status = 0;
-    if (pid > 0 && st) kill(pid, SIGKILL);
-    if (pid > 0) waitpid(pid, &status, 0);
-    signal(SIGPIPE, was);
-    if (!st && (!WIFEXITED(status) || WEXITSTATUS(status)))
-        st = WIFEXITED(status) ? dt_error(DT_ERR_IO, "--reward cmd:%s: exited with status %d%s", r->arg, WEXITSTATUS(status),
-                                          WEXITSTATUS(status) == 127 ? " (not found?)" : "")
-                               : dt_error(DT_ERR_IO, "--reward cmd:%s: killed by signal %d", r->arg, WTERMSIG(status));
+    char *in = requests(n, prompts, messages, completions, lens, turns, &nin), *got = NULL;
+    dt_status st = in ? dt_cmd_exchange("--reward", r->arg, in, nin, &got, &nout) : dt_error(DT_ERR_NOMEM, "--reward: out of memory");
     if (!st) st = answers(r, got, n, out);
     free(in);
     free(got);
@@ -204,8 +143,8 @@ static dt_status run_program(const dt_reward *r, int n, const char *const *promp
 }
 
 dt_status dt_reward_score(dt_reward *r, int n, const char *const *prompts, const char *const *messages, const char *const *completions,
-                          const size_t *lens, float *out) {
-    if (r->kind == KIND_CMD) return run_program(r, n, prompts, messages, completions, lens, out);
+                          const size_t *lens, const char *const *turns, float *out) {
+    if (r->kind == KIND_CMD) return run_program(r, n, prompts, messages, completions, lens, turns, out);
     for (int i = 0; i < n; i++) {
         int k = occurrences(completions[i], lens[i], r->arg);
         out[i] = r->kind == KIND_COUNT ? (float)k : k > 0;

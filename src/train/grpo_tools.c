@@ -1,0 +1,47 @@
+/* The tools a GRPO rollout's completions call (--grpo-tools cmd:COMMAND), run by the user's program: started once a
+ * round of calls (sh -c), it reads one JSON line a call, {"name": NAME, "arguments": {...}}, and writes one line a
+ * call, the call's result as the model will read it (any text; TRL's str() of a tool's return), in order. A program
+ * that fails, answers too few or too many lines, or says nothing for a minute is an error naming it. */
+#include "grpo_tools.h"
+#include "cmd_exchange.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+dt_status dt_grpo_tools_check(const char *spec) {
+    if (spec && !strncmp(spec, "cmd:", 4) && spec[4]) return DT_OK;
+    return dt_error(DT_ERR_ARG, "--grpo-tools %s: cmd:COMMAND (a program reading {\"name\", \"arguments\"} lines and writing a "
+                    "result a line)", spec ? spec : "(none)");
+}
+
+dt_status dt_grpo_tools_run(const char *spec, const cJSON *calls, char ***results) {
+    int n = cJSON_GetArraySize(calls), k = 0;
+    char *in = NULL, *got = NULL, **out = calloc((size_t)n + 1, sizeof *out);
+    size_t nin = 0, nout = 0, cap = 0;
+    dt_status st = out ? DT_OK : dt_error(DT_ERR_NOMEM, "--grpo-tools: out of memory");
+    for (const cJSON *c = calls->child; !st && c; c = c->next) {
+        char *line = cJSON_PrintUnformatted(c);
+        st = line ? dt_chat_append(&in, &nin, &cap, line, strlen(line)) : dt_error(DT_ERR_NOMEM, "--grpo-tools: out of memory");
+        if (!st) st = dt_chat_append(&in, &nin, &cap, "\n", 1);
+        free(line);
+    }
+    if (!st) st = dt_cmd_exchange("--grpo-tools", spec + 4, in, nin, &got, &nout);
+    for (char *s = got; !st && s && *s;) {
+        char *eol = strchr(s, '\n'), *next = eol ? eol + 1 : s + strlen(s);
+        if (eol) *eol = 0;
+        if (eol && eol > s && eol[-1] == '\r') eol[-1] = 0;
+        if (k == n) st = dt_error(DT_ERR_IO, "--grpo-tools %s: more than %d result lines for %d calls", spec, n, n);
+        else if (!(out[k++] = strdup(s))) st = dt_error(DT_ERR_NOMEM, "--grpo-tools: out of memory");
+        s = next;
+    }
+    if (!st && k < n) st = dt_error(DT_ERR_IO, "--grpo-tools %s: %d result line%s for %d calls", spec, k, k == 1 ? "" : "s", n);
+    if (st) {
+        for (int i = 0; out && i < n; i++) free(out[i]);
+        free(out), out = NULL;
+    }
+    free(in), free(got);
+    *results = out;
+    return st;
+}

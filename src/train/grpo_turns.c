@@ -1,0 +1,129 @@
+/* The tool turns of GRPO's rollouts (--grpo-tools), as TRL's GRPOTrainer(tools=...) makes them: an answer that ends
+ * (its end-of-text token, the template's end of turn) calling tools, in the template's form (data/chat_calls.c), has
+ * every call run by the user's program (grpo_tools.c), one round over all the rank's rows at once; the results, as
+ * the template writes them after an answer, and the assistant's head (dt_chat_tool_suffix) are appended to the
+ * completion as tokens the loss does not score (TRL's tool_mask), and the decoder goes on from there. A completion
+ * whose results would not fit its row or --completion-tokens ends as it was. The reward reads such a completion as
+ * its messages: each answer (its text before the calls, and the calls) and each result. */
+#include "grpo_rollout.h"
+#include "grpo_tools.h"
+#include "dtrain/io.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+char *dt_grpo_completion_text(const dt_grpo_run *gr, const dt_grpo_completion *c, int from, int to, size_t *len) {
+    size_t cap = 16, n = 0;
+    char *s = malloc(cap);
+    for (int t = from; s && t < to; t++) {
+        if (c->toks[t] == gr->eos || !c->mask[t]) continue;
+        size_t k;
+        char scratch[16];
+        const char *b = dt_token_text(gr->tok, c->toks[t], scratch, &k);
+        if (n + k + 1 > cap) {
+            char *g = realloc(s, cap = 2 * (n + k + 1));
+            if (!g) { free(s); return NULL; }
+            s = g;
+        }
+        memcpy(s + n, b, k), n += k;
+    }
+    if (s) s[n] = 0;
+    *len = n;
+    return s;
+}
+
+/* The answer c is generating ([c->seg, c->n)) as a message: its text before any calls, and the calls (OpenAI's
+ * {"type": "function", "function": {"name", "arguments"}}); *calls (the caller's, NULL where none) the calls read. */
+static cJSON *answer_message(const dt_grpo_run *gr, const dt_grpo_completion *c, cJSON **calls) {
+    size_t len = 0, content = 0;
+    char *text = dt_grpo_completion_text(gr, c, c->seg, c->n, &len);
+    *calls = text ? dt_chat_calls_read(gr->form, text, len, &content) : NULL;
+    cJSON *m = text ? cJSON_CreateObject() : NULL, *list = *calls ? cJSON_CreateArray() : NULL, *call;
+    if (m) {
+        text[content] = 0;
+        cJSON_AddStringToObject(m, "role", "assistant");
+        cJSON_AddStringToObject(m, "content", text);
+    }
+    cJSON_ArrayForEach(call, *calls) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "type", "function");
+        cJSON_AddItemToObject(o, "function", cJSON_Duplicate(call, true));
+        cJSON_AddItemToArray(list, o);
+    }
+    if (m && list) cJSON_AddItemToObject(m, "tool_calls", list);
+    free(text);
+    return m;
+}
+
+/* Row c's results (texts[0..k), of calls) appended, with the head after, when its row and budget hold them: *fits. */
+static dt_status append_results(dt_grpo_run *gr, const dt_grpo_config *gc, dt_grpo_completion *c, cJSON *answer, const cJSON *calls,
+                                char **texts, bool *fits) {
+    cJSON *results = cJSON_CreateArray(), *call;
+    char *suffix = NULL;
+    uint32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    int k = 0;
+    cJSON_ArrayForEach(call, calls) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", "tool");
+        cJSON_AddStringToObject(m, "name", cJSON_GetObjectItemCaseSensitive(call, "name")->valuestring);
+        cJSON_AddStringToObject(m, "content", texts[k++]);
+        cJSON_AddItemToArray(results, m);
+    }
+    dt_chat_kwargs kw = { .thinking = gr->thinking };
+    dt_status st = dt_chat_tool_suffix(dt_chat_template_of(gr->chat), results, &kw, &suffix);
+    if (!st) st = dt_bpe_encode(gr->tok, suffix, strlen(suffix), &ids, &n, &cap);
+    int P = gr->prompts.len[c->prompt], total = c->n + (int)n;
+    /* room for the results and at least one more token of the answer after them */
+    *fits = !st && P + total + 1 <= gr->T + 1 && total + 1 <= gc->completion;
+    for (size_t i = 0; *fits && i < n; i++) c->toks[c->n] = (int32_t)ids[i], c->mask[c->n++] = 0;
+    if (*fits && !c->turns) c->turns = cJSON_CreateArray();
+    if (*fits) {
+        cJSON_AddItemToArray(c->turns, answer);
+        while (results->child) cJSON_AddItemToArray(c->turns, cJSON_DetachItemViaPointer(results, results->child));
+    } else {
+        cJSON_Delete(answer);
+    }
+    cJSON_Delete(results);
+    free(suffix), free(ids);
+    return st;
+}
+
+dt_status dt_grpo_tool_round(dt_grpo_run *gr, const dt_grpo_config *gc, int *rows, int *n) {
+    int m = *n, go = 0, k = 0;
+    cJSON *all = cJSON_CreateArray(), **calls = calloc((size_t)m, sizeof *calls), **answers = calloc((size_t)m, sizeof *answers);
+    char **results = NULL;
+    dt_status st = all && calls && answers ? DT_OK : dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
+    for (int j = 0; !st && j < m; j++) {
+        dt_grpo_completion *c = &gr->done[rows[j]];
+        if (c->n == c->seg || c->toks[c->n - 1] != gr->eos) continue; /* cut short, or no end-of-text: no calls */
+        answers[j] = answer_message(gr, c, &calls[j]);
+        cJSON *call;
+        cJSON_ArrayForEach(call, calls[j]) cJSON_AddItemToArray(all, cJSON_Duplicate(call, true));
+    }
+    if (!st && cJSON_GetArraySize(all) > 0) st = dt_grpo_tools_run(gc->tools, all, &results);
+    for (int j = 0; !st && results && j < m; j++) {
+        if (!cJSON_GetArraySize(calls[j])) continue;
+        bool fits;
+        st = append_results(gr, gc, &gr->done[rows[j]], answers[j], calls[j], results + k, &fits);
+        answers[j] = NULL; /* (kept in the turns, or deleted) */
+        k += cJSON_GetArraySize(calls[j]);
+        if (!st && fits) rows[go++] = rows[j];
+    }
+    for (int j = 0; j < m; j++) cJSON_Delete(calls ? calls[j] : NULL), cJSON_Delete(answers ? answers[j] : NULL);
+    for (int j = 0; results && j < cJSON_GetArraySize(all); j++) free(results[j]);
+    free(results), free(calls), free(answers);
+    cJSON_Delete(all);
+    *n = st ? 0 : go;
+    return st;
+}
+
+dt_status dt_grpo_last_answer(dt_grpo_run *gr, dt_grpo_completion *c) {
+    if (!c->turns) return DT_OK;
+    cJSON *calls = NULL, *m = answer_message(gr, c, &calls);
+    cJSON_Delete(calls);
+    if (!m) return dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
+    cJSON_AddItemToArray(c->turns, m);
+    return DT_OK;
+}
