@@ -133,6 +133,7 @@ if tools_run one --batch 4; then
     turns=$(grep -cF "$turn" "$m/one.seen")
     twice=$(grep -cF "$turn\",$turn" "$m/one.seen") # (a call, its result, a call with no text, its result, an answer)
     [ "$calls" -gt 0 ] && [ "$(grep -cxF "$want_call" "$m/one.calls")" = "$calls" ] && [ "$turns" -gt 0 ] && [ "$twice" -gt 0 ] &&
+        grep -q "GRPO: a completion's tool calls (Llama 3.1's form) run by --grpo-tools cmd:.*, as many rounds as a row holds" "$m/one.out" &&
         ok "--grpo-tools: $calls calls of add(2, 3) in 8 completions, each run by the program; $turns completions went on after a result ($twice after two), the reward reading the calls, the results and the answers" ||
         fail "--grpo-tools: calls '$(head -2 "$m/one.calls")', reward lines '$(head -c 900 "$m/one.seen")'"
     tools_run ddp --nproc 2 --batch 2

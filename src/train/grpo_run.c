@@ -132,6 +132,12 @@ dt_status dt_train_setup_grpo(run *r) {
                c->grpo.top_k ? ", top-k" : "", gr->per_rank * r->dp_size, r->dp_size, r->dp_size == 1 ? "" : "s", c->grpo.reward,
                dt_grpo_loss_name(c->grpo.loss), c->grpo.beta, c->grpo.beta > 0 ? "the starting model" : "none", c->grpo.epsilon,
                c->grpo.iterations, c->grpo.iterations == 1 ? "" : "s");
+    if (!st && r->rank == 0 && !c->quiet && gr->form) {
+        char turns[48] = "as many rounds as a row holds";
+        if (c->grpo.tool_turns) snprintf(turns, sizeof turns, "at most %d round%s", c->grpo.tool_turns, c->grpo.tool_turns == 1 ? "" : "s");
+        printf("GRPO: a completion's tool calls (%s's form) run by --grpo-tools %s, %s a completion, their results unscored\n",
+               dt_chat_template_of(gr->chat)->name, c->grpo.tools, turns);
+    }
     return st;
 }
 
