@@ -103,22 +103,7 @@ printf '{"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user",
 # the reward program reads the answers with their calls and the results; DDP 2 gives one process's losses, rewards and
 # completions; --grpo-tool-turns 1 stops after one round (the results' tokens unscored: test_grpo) ----
 m="$dir/calls"
-mkdir -p "$m"
-python3 -c 'import json, sys
-cases = json.load(open(sys.argv[1]))
-tools = next(c["tools"] for c in cases["cases"] if c.get("tools"))
-call = {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}
-msgs = [{"role": "user", "content": "2 + 3?"}]
-answer = [{"role": "assistant", "content": None, "tool_calls": [call]}, {"role": "tool", "content": "5"}]
-print(json.dumps({"messages": msgs + answer + answer + [{"role": "assistant", "content": "5."}], "tools": tools}), file=open(sys.argv[2], "w"))
-print(json.dumps({"prompt": msgs, "tools": json.dumps(tools)}), file=open(sys.argv[3], "w"))
-json.dump({"chat_template": cases["chat_template"], "eos_token": "<|eot_id|>"}, open(sys.argv[4], "w"))' \
-    "$(dirname "$0")/fixtures/sft/llama3_1_prompts.json" "$m/chat.jsonl" "$m/prompts.jsonl" "$m/tokenizer_config.json"
-cp "$(dirname "$0")/fixtures/sft/llama3_tokenizer.json" "$m/tokenizer.json"
-"$DTRAIN" train --model llama-tiny --data "$m/chat.jsonl" --tokenizer "$m/tokenizer.json" --chat-template llama3.1 --layers 2 --channels 64 \
-    --heads 4 --kv-heads 2 --ffn 160 --vocab 2048 --max-seq 1024 --seq 1023 --batch 1 --steps 150 --lr 3e-3 --threads 2 --quiet \
-    --save "$m/ck" > "$m/sft.log" 2>&1 && "$DTRAIN" ckpt export "$m/ck" "$m/model" > /dev/null 2>&1 &&
-    cp "$m/tokenizer.json" "$m/tokenizer_config.json" "$m/model/" || fail "fine-tuning the tool-calling model: $(tail -2 "$m/sft.log")"
+tool_model "$m" "$(dirname "$0")/fixtures" llama3_1 llama3_tokenizer.json llama3.1 "<|eot_id|>" 2
 tools_run() { # NAME ARGS...: 2 steps of 2 completions of each prompt with the tool-calling model
     local name=$1
     shift

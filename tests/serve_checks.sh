@@ -390,27 +390,13 @@ print(fin, calls, t, end="")')
     kill -TERM $spid; wait $spid
 fi
 
-# ---- a model fine-tuned on one chat whose answer calls a tool, by Llama 3.1's template (JSON calls) and by Qwen 2.5's
-# (Hermes's <tool_call> blocks): asked the chat's question with its tools, it answers the call, which the server reads
+# ---- a model fine-tuned on one chat whose answer calls a tool (tool_model), by Llama 3.1's template (JSON calls) and by
+# Qwen 2.5's (Hermes's <tool_call> blocks): asked the chat's question with its tools, it answers the call, which the server reads
 # into OpenAI's tool_calls, whole and streamed alike (finish_reason tool_calls, no content) ----
 for form in "llama3.1 llama3_1 llama3_tokenizer.json <|eot_id|>" "qwen2.5 qwen2_5 tokenizer.json <|im_end|>"; do
     read -r kind fix tokf eot <<< "$form"
     m="$dir/calls_$fix"
-    mkdir -p "$m"
-    python3 -c 'import json, sys
-cases = json.load(open(sys.argv[1]))
-tools = next(c["tools"] for c in cases["cases"] if c.get("tools"))
-call = {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}
-msgs = [{"role": "user", "content": "2 + 3?"}]
-print(json.dumps({"messages": msgs + [{"role": "assistant", "content": None, "tool_calls": [call]}], "tools": tools}), file=open(sys.argv[2], "w"))
-json.dump({"chat_template": cases["chat_template"], "eos_token": sys.argv[4]}, open(sys.argv[3], "w"))
-print(json.dumps({"messages": msgs, "tools": tools, "max_tokens": 64, "temperature": 0}))' \
-        "$FIX/sft/${fix}_prompts.json" "$m/chat.jsonl" "$m/tokenizer_config.json" "$eot" > "$m/request.json"
-    cp "$FIX/sft/$tokf" "$m/tokenizer.json"
-    "$DTRAIN" train --model llama-tiny --data "$m/chat.jsonl" --tokenizer "$m/tokenizer.json" --chat-template "$kind" --layers 2 \
-        --channels 64 --heads 4 --kv-heads 2 --ffn 160 --vocab 2048 --max-seq 1024 --seq 1023 --batch 1 --steps 150 --lr 3e-3 \
-        --threads $T --quiet --save "$m/ck" > "$m/train.log" 2>&1 && "$DTRAIN" ckpt export "$m/ck" "$m/model" > /dev/null 2>&1 &&
-        cp "$m/tokenizer.json" "$m/tokenizer_config.json" "$m/model/" || fail "fine-tuning on a chat with a tool call ($kind): $(tail -2 "$m/train.log")"
+    tool_model "$m" "$FIX" "$fix" "$tokf" "$kind" "$eot" 1 || continue
     if start "calls_$fix" "$m/model" --threads 1 --slots 2; then
         r=$(python3 "$HERE/serve_client.py" calls "$port" "$(cat "$m/request.json")" 2>&1)
         want='["tool_calls", [["add", "{\"a\": 2, \"b\": 3}"]], null]'
