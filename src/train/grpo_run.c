@@ -22,8 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
-
 /* --chat-template-kwargs read into *kw (*json, the caller's to delete, holds its date's text). */
 static dt_status chat_kwargs(const dt_train_config *c, cJSON **json, dt_chat_kwargs *kw) {
     const char *text = c->grpo.chat_kwargs;
