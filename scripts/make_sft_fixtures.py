@@ -20,6 +20,7 @@ Writes tests/fixtures/sft/:
                          llama3_tokenizer.json (tests/fixtures/tokenizer/llama3.json with Llama 3's turn markers as
                          its tokens) and rows of 128; a prompt case's "date_string" is the one it was rendered with (3.2's
                          own is today's)
+  tool_suffix.json       what TRL's GRPOTrainer appends after an answer whose calls ran (tool_suffix_cases)
   packed.safetensors     packing=True (best-fit decreasing, max_length 64, TRL's padding-free collator): the weights, of
                          one batch of every packed row "loss" and "grad.<name>", and per row "ids.<k>", "labels.<k>",
                          "pos.<k>" (each example's positions from 0); "loss_unpacked": the same examples unpacked
@@ -368,6 +369,38 @@ def completion_cases(folder, names):
               f"{int((batch['labels'] != -100).sum())}")
 
 
+def tool_suffix_cases():
+    """What TRL's GRPOTrainer appends after an answer whose calls have run (its _get_tool_suffix_ids, as text: a dummy
+    answer calling the tool rendered with and without the results and the generation prompt, the first cut after its
+    last end-of-text, the template's end of turn; by the training form where the template does not preserve a
+    conversation's prefix, as TRL does), for Qwen 2.5's, Qwen 3's (thinking on and off) and Llama 3.1's and 3.2's
+    templates, one result and two: tool_suffix.json, each case's template kind, kwargs, results and text."""
+    import trl
+    own = os.path.join(os.path.dirname(trl.__file__), "chat_templates")
+    cases = []
+    for name, kind, eos, kwargs in (("qwen2_5", "qwen2.5", "<|im_end|>", {}), ("qwen3", "qwen3", "<|im_end|>", {}),
+                                    ("qwen3", "qwen3", "<|im_end|>", {"enable_thinking": False}),
+                                    ("llama3_1", "llama3.1", "<|eot_id|>", {}), ("llama3_2", "llama3.2", "<|eot_id|>", {"date_string": "26 Jul 2024"})):
+        from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
+        tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(OUT, "tokenizer.json"), eos_token=eos)
+        tok.chat_template = open(os.path.join(own, name + ".jinja")).read()
+        if not is_chat_template_prefix_preserving(tok):  # (Qwen 3's: TRL's GRPOTrainer takes its training form then)
+            tok.chat_template = get_training_chat_template(tok)
+        for results in (["5"], ["5", "{\"sum\": 5}"]):
+            tool = [{"role": "tool", "name": "add", "content": r} for r in results]
+            dummy = [{"role": "user", "content": "dummy"},
+                     {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {}}}]}]
+            prefix = tok.apply_chat_template(dummy, tokenize=False, add_generation_prompt=False, **kwargs)
+            full = tok.apply_chat_template(dummy + tool, tokenize=False, add_generation_prompt=True, **kwargs)
+            prefix = prefix[:prefix.rindex(eos) + len(eos)]
+            assert full.startswith(prefix), (name, prefix, full)
+            cases.append({"kind": kind, "kwargs": kwargs, "results": tool, "text": full[len(prefix):]})
+    with open(os.path.join(OUT, "tool_suffix.json"), "w") as f:
+        json.dump(cases, f, indent=1)
+        f.write("\n")
+    print(f"tool_suffix: {len(cases)} cases")
+
+
 def template_cases(folder, names):
     """The templates' fixtures (qwen3, qwen2_5, qwen2, smollm2, llama3, llama3_1, llama3_2), those named or all."""
     llama = dict(tokenizer="sft/llama3_tokenizer.json", seq=128)
@@ -436,6 +469,9 @@ def main():
     """Every fixture, or (with template names on the command line: qwen3, qwen2_5, qwen2, smollm2, llama3, llama3_1,
     llama3_2) those templates' only."""
     import sys
+    if sys.argv[1:] == ["tool_suffix"]:
+        tool_suffix_cases()
+        return
     if sys.argv[1:2] == ["completion"]:
         with tempfile.TemporaryDirectory() as tmp:
             completion_cases(tmp, sys.argv[2:])
@@ -467,6 +503,7 @@ def main():
         packed_case(tok, tmp, OUT)
         template_cases(tmp, None)
         completion_cases(tmp, None)
+    tool_suffix_cases()
 
 
 if __name__ == "__main__":

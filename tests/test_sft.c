@@ -444,6 +444,37 @@ static void check_chat_completions(const char *dir, const char *name, dt_chat_ki
     dt_bpe_destroy(tok);
 }
 
+/* What GRPO's rollouts append after an answer whose calls ran (dt_chat_tool_suffix) against what TRL's GRPOTrainer
+ * appends (sft/tool_suffix.json: its _get_tool_suffix_ids' text), each template's, one result and two. */
+static void check_tool_suffix(const char *dir) {
+    char path[600], *text = NULL, detail[200] = "";
+    snprintf(path, sizeof path, "%s/sft/tool_suffix.json", dir);
+    dt_status st = dt_file_read_text(path, 1 << 20, &text, NULL);
+    cJSON *j = st ? NULL : cJSON_Parse(text), *c;
+    int n = 0, good = 0;
+    cJSON_ArrayForEach(c, j) {
+        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(c, "kind"), *want = cJSON_GetObjectItemCaseSensitive(c, "text");
+        const cJSON *think = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "kwargs"), "enable_thinking");
+        dt_chat_kind k = DT_CHAT_NONE;
+        dt_chat_kwargs kw = { .thinking = !cJSON_IsFalse(think) };
+        char *got = NULL;
+        n++;
+        if (!cJSON_IsString(kind) || !cJSON_IsString(want) || dt_chat_kind_parse(kind->valuestring, &k) ||
+            dt_chat_tool_suffix(dt_chat_template_of(k), cJSON_GetObjectItemCaseSensitive(c, "results"), &kw, &got))
+            snprintf(detail, sizeof detail, "case %d: %s", n, dt_last_error());
+        else if (strcmp(got, want->valuestring))
+            snprintf(detail, sizeof detail, "case %d (%s): %.80s", n, kind->valuestring, got);
+        else
+            good++;
+        free(got);
+    }
+    char what[160];
+    snprintf(what, sizeof what, "%d of %d tool results appended after an answer as TRL's GRPOTrainer appends them", good, n);
+    check(what, !st && n == 10 && good == n, detail[0] ? detail : st ? dt_last_error() : NULL);
+    cJSON_Delete(j);
+    free(text);
+}
+
 /* GRPO's prompts file of these lines, read by the fixture tokenizer and template chat: refused with needle in the error. */
 static void grpo_refused(const char *dir, const char *what, const char *lines, dt_chat_kind chat, const char *needle) {
     char path[] = "/tmp/dtrain_grpo_bad_XXXXXX.jsonl";
@@ -541,6 +572,7 @@ int main(int argc, char **argv) {
     check_template(dir, "llama3_1", DT_CHAT_LLAMA31, 5, 24);
     check_template(dir, "llama3_2", DT_CHAT_LLAMA32, 5, 24);
     check_chat_completions(dir, "chatml", DT_CHAT_CHATML, "tokenizer.json", T, 2);
+    check_tool_suffix(dir);
     check_chat_completions(dir, "qwen3", DT_CHAT_QWEN3, "tokenizer.json", TMAX - 1, 4);
     check_chat_completions(dir, "llama3_1", DT_CHAT_LLAMA31, "llama3_tokenizer.json", TMAX - 1, 4);
     check_today();
