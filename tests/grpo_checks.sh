@@ -117,9 +117,11 @@ if tools_run one --batch 4; then
     calls=$(grep -c . "$m/one.calls")
     turns=$(grep -cF "$turn" "$m/one.seen")
     twice=$(grep -cF "$turn\",$turn" "$m/one.seen") # (a call, its result, a call with no text, its result, an answer)
+    logged=$(field tool_calls "$m/one.jsonl" | awk '{ s += $1 * 4 } END { printf "%d", s + 0.5 }') # (a step's mean over its 4)
     [ "$calls" -gt 0 ] && [ "$(grep -cxF "$want_call" "$m/one.calls")" = "$calls" ] && [ "$turns" -gt 0 ] && [ "$twice" -gt 0 ] &&
         grep -q "GRPO: a completion's tool calls (Llama 3.1's form) run by --grpo-tools cmd:.*, as many rounds as a row holds" "$m/one.out" &&
-        ok "--grpo-tools: $calls calls of add(2, 3) in 8 completions, each run by the program; $turns completions went on after a result ($twice after two), the reward reading the calls, the results and the answers" ||
+        [ "$logged" = "$calls" ] &&
+        ok "--grpo-tools: $calls calls of add(2, 3) in 8 completions (the metrics' tool_calls too), each run by the program; $turns completions went on after a result ($twice after two), the reward reading the calls, the results and the answers" ||
         fail "--grpo-tools: calls '$(head -2 "$m/one.calls")', reward lines '$(head -c 900 "$m/one.seen")'"
     tools_run ddp --nproc 2 --batch 2
     l=$(differs loss "$m/one.jsonl" "$m/ddp.jsonl" 2)

@@ -103,6 +103,7 @@ dt_status dt_grpo_tool_round(dt_grpo_run *gr, const dt_grpo_config *gc, int *row
         cJSON_ArrayForEach(call, calls[j]) cJSON_AddItemToArray(all, cJSON_Duplicate(call, true));
     }
     if (!st && cJSON_GetArraySize(all) > 0) st = dt_grpo_tools_run(gc->tools, all, &results);
+    gr->stats[S_TOOL_CALLS] += cJSON_GetArraySize(all);
     for (int j = 0; !st && results && j < m; j++) {
         if (!cJSON_GetArraySize(calls[j])) continue;
         bool fits;
