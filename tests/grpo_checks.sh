@@ -137,6 +137,19 @@ if tools_run one --batch 4; then
 else
     fail "--grpo-tools: $(tail -2 "$m/one.out")"
 fi
+# the same by Qwen 2.5's template (Hermes's <tool_call> blocks, its results in a user turn of <tool_response>)
+q="$dir/calls_qwen"
+if tool_model "$q" "$(dirname "$0")/fixtures" qwen2_5 tokenizer.json qwen2.5 "<|im_end|>" 2 &&
+    "$DTRAIN" train --model "$q/model" --grpo "$q/prompts.jsonl" --grpo-group 2 --batch 4 --seq 1000 --completion-tokens 256 --steps 2 \
+        --threads 1 --grpo-tools "cmd:tee -a $q/calls | awk '{ print 5 }'" --reward "cmd:tee -a $q/seen | awk '{ print 1 }'" \
+        --metrics "$q/run.jsonl" > "$q/run.out" 2>&1; then
+    calls=$(grep -c . "$q/calls")
+    [ "$calls" -gt 0 ] && [ "$(grep -cxF "$want_call" "$q/calls")" = "$calls" ] && [ "$(grep -cF "$turn\",$turn" "$q/seen")" -gt 0 ] &&
+        ok "--grpo-tools by Qwen 2.5's template: $calls calls of add(2, 3) in 8 completions, $(grep -cF "$turn\",$turn" "$q/seen") going on after two results" ||
+        fail "--grpo-tools by Qwen 2.5's: calls '$(head -2 "$q/calls")', reward lines '$(head -c 900 "$q/seen")'"
+else
+    fail "--grpo-tools by Qwen 2.5's: $(tail -2 "$q/run.out" 2> /dev/null)"
+fi
 "$DTRAIN" train --model "$m/model" --grpo "$m/prompts.jsonl" --grpo-group 2 --batch 2 --seq 1000 --completion-tokens 96 --steps 1 \
     --threads 1 --grpo-tools "cmd:cat > /dev/null" --reward contains:e > "$m/silent.out" 2>&1
 [ $? -ne 0 ] && grep -q -- "--grpo-tools cmd:cat > /dev/null: 0 result lines for 2 calls" "$m/silent.out" &&
