@@ -132,7 +132,7 @@ static void check_stream_text(void) {
     bool ok = true;
     char detail[200] = "";
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-        size_t got = serve_tool_calls_text(cases[k].form, cases[k].text, strlen(cases[k].text));
+        size_t got = dt_chat_calls_text(cases[k].form, cases[k].text, strlen(cases[k].text));
         if (got != cases[k].want && ok) snprintf(detail, sizeof detail, "\"%s\": %zu, not %zu", cases[k].text, got, cases[k].want);
         ok = ok && got == cases[k].want;
     }

@@ -42,8 +42,6 @@ dt_status dt_chat_message_text(const cJSON *c, int i, char **buf, size_t *len, s
  * template's own; with tools the turns that hold them); *skip: the chat's first messages written in it. */
 static dt_status system_turn(const dt_chat_template *t, const cJSON *messages, const dt_chat_kwargs *kw, char **buf, size_t *len,
                              size_t *cap, int *skip) {
-    const cJSON *m0 = cJSON_GetArrayItem(messages, 0), *r0 = cJSON_GetObjectItemCaseSensitive(m0, "role");
-    bool system0 = cJSON_IsString(r0) && (!strcmp(r0->valuestring, "system") || !strcmp(r0->valuestring, "developer"));
     char *sys0 = NULL, *sys = NULL;
     size_t n0 = 0, c0 = 0;
     *skip = 0;
@@ -53,6 +51,8 @@ static dt_status system_turn(const dt_chat_template *t, const cJSON *messages, c
         free(sys);
         return st;
     }
+    const cJSON *m0 = cJSON_GetArrayItem(messages, 0), *r0 = cJSON_GetObjectItemCaseSensitive(m0, "role");
+    bool system0 = cJSON_IsString(r0) && (!strcmp(r0->valuestring, "system") || !strcmp(r0->valuestring, "developer"));
     /* (its text matters only to a template that writes it into its own turn; the others write it as any message) */
     dt_status st = system0 && t->preamble ? dt_chat_message_text(cJSON_GetObjectItemCaseSensitive(m0, "content"), 0, &sys0, &n0, &c0) : DT_OK;
     if (!st) st = dt_chat_system_turn(t, system0 ? (sys0 ? sys0 : "") : NULL, kw->date, &sys);

@@ -202,7 +202,7 @@ static void whole_answer(conn_state *cs, const char *text, size_t n, const char 
  * blocks held back); once done, the calls read from it in one chunk (OpenAI's deltas, each with its index), or the
  * held text where it makes none. */
 static void stream_with_tools(conn_state *cs, const char *text, size_t c0, size_t end, bool done) {
-    size_t upto = c0 + serve_tool_calls_text(tool_form(cs), text + c0, end - c0), n = end - c0;
+    size_t upto = c0 + dt_chat_calls_text(tool_form(cs), text + c0, end - c0), n = end - c0;
     cJSON *calls = done ? serve_tool_calls(tool_form(cs), text + c0, end - c0, cs->id, &n) : NULL, *c;
     if (done) upto = c0 + n;
     if (upto > c0 + cs->sent_c) stream_chunk(cs, text + c0 + cs->sent_c, upto - c0 - cs->sent_c, NULL, 0, NULL);

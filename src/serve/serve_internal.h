@@ -51,9 +51,6 @@ dt_status serve_chat_prompt(const struct cJSON *messages, dt_chat_kind chat, con
  * tool_calls (ids call_<id>_<k>; the caller deletes it), *content the bytes before them; NULL (and *content n) where
  * it makes none. */
 struct cJSON *serve_tool_calls(int form, const char *text, size_t n, long id, size_t *content);
-/* Of an answer's first n bytes (a stream's so far), those that can go out as text: Qwen's up to its first
- * "<tool_call>" and short of an end that could begin one; Llama's none where it opens as a call (or may yet). */
-size_t serve_tool_calls_text(int form, const char *text, size_t n);
 /* A thinking model's answer split (reasoning.c): its reasoning [r0, r1) (thinks: it opened with <think>) and its
  * content from c0; the first settled bytes are known (final: the answer is whole; before that a stream holds back what
  * could still be a marker). */

@@ -1,14 +1,12 @@
 /* An answer's tool calls as OpenAI's API answers them: read in the template's form (data/chat_calls.c), each
  * {"id": "call_<request>_<k>", "type": "function", "function": {"name", "arguments": their JSON text as vLLM writes it
- * (Python's json.dumps, text beyond ASCII as it is)}}. A stream sends the text before the first call as it comes and
- * the calls once the answer is whole. */
+ * (Python's json.dumps, text beyond ASCII as it is)}}. A stream sends the text before the first call as it comes
+ * (dt_chat_calls_text) and the calls once the answer is whole. */
 #include "serve_internal.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-size_t serve_tool_calls_text(int form, const char *text, size_t n) { return dt_chat_calls_text(form, text, n); }
 
 cJSON *serve_tool_calls(int form, const char *text, size_t n, long id, size_t *content) {
     cJSON *read = dt_chat_calls_read(form, text, n, content), *calls = read ? cJSON_CreateArray() : NULL, *c;

@@ -44,9 +44,10 @@ dt_status dt_train_check_grpo(const dt_train_config *c) {
     if (why) return dt_error(DT_ERR_UNSUPPORTED, "--grpo %s: not with %s", c->grpo.prompts, why);
     if (!c->grpo.reward || !*c->grpo.reward)
         return dt_error(DT_ERR_ARG, "--grpo %s: --reward SPEC is required (contains:WORD, count:WORD or cmd:COMMAND)", c->grpo.prompts);
-    if (c->grpo.tools && dt_grpo_tools_check(c->grpo.tools)) return DT_ERR_ARG;
+    dt_status st = c->grpo.tools ? dt_grpo_tools_check(c->grpo.tools) : DT_OK;
+    if (st) return st;
     dt_reward *probe = NULL;
-    dt_status st = dt_reward_create(c->grpo.reward, &probe); /* the spec's form, said before any work */
+    st = dt_reward_create(c->grpo.reward, &probe); /* the spec's form, said before any work */
     dt_reward_destroy(probe);
     cJSON *kwj = NULL;
     if (!st) st = chat_kwargs(c, &kwj, &(dt_chat_kwargs){ 0 });
