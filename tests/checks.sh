@@ -36,12 +36,12 @@ render_dom() { # BROWSER FILE OUT
 # answers "5.", by template KIND with the tools of FIXTURES/sft/FIX_prompts.json and its tokenizer TOKENIZER (eos EOS),
 # exported as an HF folder DIR/model (tokenizer and template in it); DIR/request.json the chat request that asks the
 # question with the tools, DIR/prompts.jsonl a GRPO prompt of it. Returns 1, saying so, when it could not be made.
-tool_model() { # DIR FIXTURES FIX TOKENIZER KIND EOS CALLS
+tool_model() { # DIR FIXTURES FIX TOKENIZER KIND EOS CALLS [UNOFFERED: a tool left out of its chat's and prompt's tools]
     local m=$1 fix=$2/sft
     mkdir -p "$m"
     python3 -c 'import json, sys
 cases = json.load(open(sys.argv[1]))
-tools = next(c["tools"] for c in cases["cases"] if c.get("tools"))
+tools = [t for t in next(c["tools"] for c in cases["cases"] if c.get("tools")) if t["function"]["name"] != sys.argv[5]]
 call = {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}
 msgs = [{"role": "user", "content": "2 + 3?"}]
 turns = [{"role": "assistant", "content": None, "tool_calls": [call]}, {"role": "tool", "content": "5"}] * int(sys.argv[4])
@@ -49,7 +49,7 @@ print(json.dumps({"messages": msgs + turns + [{"role": "assistant", "content": "
 print(json.dumps({"prompt": msgs, "tools": json.dumps(tools)}), file=open(sys.argv[2] + "/prompts.jsonl", "w"))
 json.dump({"chat_template": cases["chat_template"], "eos_token": sys.argv[3]}, open(sys.argv[2] + "/tokenizer_config.json", "w"))
 print(json.dumps({"messages": msgs, "tools": tools, "max_tokens": 64, "temperature": 0}), file=open(sys.argv[2] + "/request.json", "w"))' \
-        "$fix/$3_prompts.json" "$m" "$6" "$7" && cp "$fix/$4" "$m/tokenizer.json" &&
+        "$fix/$3_prompts.json" "$m" "$6" "$7" "${8:-}" && cp "$fix/$4" "$m/tokenizer.json" &&
         "$DTRAIN" train --model llama-tiny --data "$m/chat.jsonl" --tokenizer "$m/tokenizer.json" --chat-template "$5" --layers 2 \
             --channels 64 --heads 4 --kv-heads 2 --ffn 160 --vocab 2048 --max-seq 1024 --seq 1023 --batch 1 --steps 150 --lr 3e-3 \
             --threads 2 --quiet --save "$m/ck" > "$m/sft.log" 2>&1 && "$DTRAIN" ckpt export "$m/ck" "$m/model" > /dev/null 2>&1 &&

@@ -120,7 +120,7 @@ if tools_run one --batch 4; then
     logged=$(field tool_calls "$m/one.jsonl" | awk '{ s += $1 * 4 } END { printf "%d", s + 0.5 }') # (a step's mean over its 4)
     [ "$calls" -gt 0 ] && [ "$(grep -cxF "$want_call" "$m/one.calls")" = "$calls" ] && [ "$turns" -gt 0 ] && [ "$twice" -gt 0 ] &&
         grep -q "GRPO: a completion's tool calls (Llama 3.1's form) run by --grpo-tools cmd:.*, as many rounds as a row holds" "$m/one.out" &&
-        [ "$logged" = "$calls" ] &&
+        [ "$logged" = "$calls" ] && [ "$(field tool_failures "$m/one.jsonl" | sort -u)" = 0.0000 ] &&
         ok "--grpo-tools: $calls calls of add(2, 3) in 8 completions (the metrics' tool_calls too), each run by the program; $turns completions went on after a result ($twice after two), the reward reading the calls, the results and the answers" ||
         fail "--grpo-tools: calls '$(head -2 "$m/one.calls")', reward lines '$(head -c 900 "$m/one.seen")'"
     tools_run ddp --nproc 2 --batch 2
@@ -134,8 +134,26 @@ if tools_run one --batch 4; then
         [ "$(grep -c . "$m/once.calls")" -lt "$calls" ] &&
         ok "--grpo-tool-turns 1: one round of calls a completion ($(grep -c . "$m/once.calls") calls, each followed by one answer; $calls without it)" ||
         fail "--grpo-tool-turns 1: $(grep -c . "$m/once.calls") calls, $(grep -cF "$turn" "$m/once.seen") completions with a result"
+    # a result {"error": ...} is a failed call (TRL's where a tool raises): the model reads it, the metrics count it
+    tools_run fails --batch 4 --grpo-tool-turns 1 --grpo-tools "cmd:tee -a $m/fails.calls | sed 's/.*/{\"error\": \"busy\"}/'"
+    erred='{"role":"tool","name":"add","content":"{\"error\": \"busy\"}"}'
+    [ "$(grep -c . "$m/fails.calls")" -gt 0 ] && [ "$(grep -cF "$erred" "$m/fails.seen")" = "$(grep -c . "$m/fails.calls")" ] &&
+        [ "$(field tool_failures "$m/fails.jsonl" | sort -u)" = 1.0000 ] &&
+        ok "--grpo-tools: a program's {\"error\": ...} results, each read by the model, counted in the metrics' tool_failures (1 of 1)" ||
+        fail "--grpo-tools' failed calls: tool_failures $(field tool_failures "$m/fails.jsonl" | tr '\n' ' '), $(grep -c . "$m/fails.calls") calls"
 else
     fail "--grpo-tools: $(tail -2 "$m/one.out")"
+fi
+# a call of a tool the prompt's line does not offer (a model fine-tuned on the chat with add left out of its tools) is
+# answered "not found" (TRL's), the program not asked
+u="$dir/unoffered"
+if tool_model "$u" "$(dirname "$0")/fixtures" llama3_1 llama3_tokenizer.json llama3.1 "<|eot_id|>" 1 add; then
+    m=$u tools_run plus --batch 4 --grpo-tool-turns 1
+    notfound='{"role":"tool","name":"add","content":"{\"error\":\"Tool add not found.\"}"}'
+    n=$(grep -cF "$notfound" "$u/plus.seen" 2> /dev/null)
+    [ "${n:-0}" -gt 0 ] && [ ! -s "$u/plus.calls" ] && [ "$(field tool_failures "$u/plus.jsonl" | sort -u)" = 1.0000 ] &&
+        ok "--grpo-tools: $n completions' calls of add, which the prompt does not offer, answered 'Tool add not found.' (tool_failures 1), the program not run" ||
+        fail "--grpo-tools, a tool not offered: $(tail -1 "$u/plus.out"); ${n:-0} answered, the program's calls '$(head -1 "$u/plus.calls" 2> /dev/null)', tool_failures $(field tool_failures "$u/plus.jsonl" | tr '\n' ' ')"
 fi
 # the same by Qwen 2.5's template (Hermes's <tool_call> blocks, its results in a user turn of <tool_response>)
 q="$dir/calls_qwen"

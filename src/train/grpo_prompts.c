@@ -16,13 +16,15 @@ static dt_status add_prompt(dt_grpo_prompts *gp, const char *text, char *message
     if (t) gp->text = t;
     char **m = t ? realloc(gp->messages, sizeof *m * n) : NULL;
     if (m) gp->messages = m;
-    int32_t **p = m ? realloc(gp->toks, sizeof *p * n) : NULL;
+    cJSON **tl = m ? realloc(gp->tools, sizeof *tl * n) : NULL;
+    if (tl) gp->tools = tl;
+    int32_t **p = tl ? realloc(gp->toks, sizeof *p * n) : NULL;
     if (p) gp->toks = p;
     int *l = p ? realloc(gp->len, sizeof *l * n) : NULL;
     if (!l) { free(messages); return dt_error(DT_ERR_NOMEM, "%s: out of memory", where); }
     gp->len = l;
     int k = gp->n++;
-    gp->messages[k] = messages, gp->toks[k] = NULL;
+    gp->messages[k] = messages, gp->tools[k] = NULL, gp->toks[k] = NULL;
     if (!(gp->text[k] = strdup(text))) return dt_error(DT_ERR_NOMEM, "%s: out of memory", where);
     if (!*text) return dt_error(DT_ERR_IO, "%s: an empty prompt", where);
     dt_status st = dt_bpe_prompt(tok, text, strlen(text), bos, &gp->toks[k], &gp->len[k]);
@@ -47,6 +49,7 @@ static dt_status add_messages(dt_grpo_prompts *gp, const cJSON *msgs, const char
     if (st) return dt_error(st, "%s: %s", where, dt_last_error());
     char *json = cJSON_PrintUnformatted(msgs);
     st = json ? add_prompt(gp, text, json, where, tok, false, T) : dt_error(DT_ERR_NOMEM, "%s: out of memory", where);
+    if (!st && kw->tools && !(gp->tools[gp->n - 1] = cJSON_Duplicate(kw->tools, true))) st = dt_error(DT_ERR_NOMEM, "%s: out of memory", where);
     free(text);
     return st;
 }
@@ -88,7 +91,7 @@ dt_status dt_grpo_prompts_read(dt_grpo_prompts *gp, const char *path, dt_bpe *to
 }
 
 void dt_grpo_prompts_free(dt_grpo_prompts *gp) {
-    for (int i = 0; i < gp->n; i++) free(gp->text[i]), free(gp->messages[i]), free(gp->toks[i]);
-    free(gp->text), free(gp->messages), free(gp->toks), free(gp->len);
+    for (int i = 0; i < gp->n; i++) free(gp->text[i]), free(gp->messages[i]), cJSON_Delete(gp->tools[i]), free(gp->toks[i]);
+    free(gp->text), free(gp->messages), free(gp->tools), free(gp->toks), free(gp->len);
     *gp = (dt_grpo_prompts){ 0 };
 }

@@ -7,6 +7,7 @@
 typedef struct {
     char **text;     /* as written, or a conversational prompt's as its template renders it */
     char **messages; /* a conversational prompt's messages as a JSON array (what its rewards see), or NULL */
+    struct cJSON **tools; /* a conversational prompt's line's "tools" (the calls its rollouts may make), or NULL */
     int32_t **toks;  /* as the model reads them */
     int *len, n;
 } dt_grpo_prompts;

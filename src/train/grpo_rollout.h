@@ -8,7 +8,7 @@
 #include <cjson/cJSON.h>
 
 /* A rollout's figures (dt_grpo_run.stats), summed over the ranks for the step's metrics. */
-enum { S_ROWS, S_REWARD, S_REWARD_SQ, S_TOKENS, S_FLAT_GROUPS, S_DECODE_S, S_KL, S_CLIPPED, S_LOSS_TOKENS, S_TOOL_CALLS, S_N };
+enum { S_ROWS, S_REWARD, S_REWARD_SQ, S_TOKENS, S_FLAT_GROUPS, S_DECODE_S, S_KL, S_CLIPPED, S_LOSS_TOKENS, S_TOOL_CALLS, S_TOOL_FAILS, S_N };
 
 typedef struct {
     int32_t *toks;

@@ -268,7 +268,7 @@ static int scored_tokens(const dt_grpo_completion *c) {
 static dt_status count(run *r, dt_grpo_run *gr, double *token_scale) {
     int G = r->c.grpo.group;
     double *s = gr->stats;
-    s[S_ROWS] = gr->rows, s[S_REWARD] = s[S_REWARD_SQ] = s[S_TOKENS] = s[S_FLAT_GROUPS] = 0; /* (S_TOOL_CALLS: the rollout's) */
+    s[S_ROWS] = gr->rows, s[S_REWARD] = s[S_REWARD_SQ] = s[S_TOKENS] = s[S_FLAT_GROUPS] = 0; /* (S_TOOL_CALLS, S_TOOL_FAILS: the rollout's) */
     for (int i = 0; i < gr->rows; i++) s[S_REWARD] += gr->rewards[i], s[S_REWARD_SQ] += gr->rewards[i] * (double)gr->rewards[i], s[S_TOKENS] += scored_tokens(&gr->done[i]);
     for (int g0 = 0; g0 < gr->rows; g0 += G) {
         bool flat = true;
@@ -334,8 +334,9 @@ dt_status dt_train_grpo_stats(run *r, dt_grpo_step_stats *out) {
         .flat = v[S_FLAT_GROUPS] / (n / r->c.grpo.group), .decode_s = v[S_DECODE_S] / r->nranks,
         .rollout_tps = v[S_DECODE_S] > 0 ? v[S_TOKENS] / (v[S_DECODE_S] / r->nranks) : 0, .sample = gr->sample,
         .tool_calls = gr->form ? v[S_TOOL_CALLS] / n : -1,
+        .tool_failures = !gr->form ? -1 : v[S_TOOL_CALLS] > 0 ? v[S_TOOL_FAILS] / v[S_TOOL_CALLS] : 0,
     };
-    gr->stats[S_DECODE_S] = gr->stats[S_TOOL_CALLS] = 0;
+    gr->stats[S_DECODE_S] = gr->stats[S_TOOL_CALLS] = gr->stats[S_TOOL_FAILS] = 0;
     /* the text before and after: rank 0's first completion of the first and the last rollouts */
     const dt_train_config *c = &r->c;
     int step = gr->step++;

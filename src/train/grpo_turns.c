@@ -1,6 +1,7 @@
 /* The tool turns of GRPO's rollouts (--grpo-tools), as TRL's GRPOTrainer(tools=...) makes them: an answer that ends
  * (its end-of-text token, the template's end of turn) calling tools, in the template's form (data/chat_calls.c), has
- * every call run by the user's program (grpo_tools.c), one round over all the rank's rows at once; the results, as
+ * every call run by the user's program (grpo_tools.c), one round over all the rank's rows at once (a call of a tool
+ * its prompt's line does not offer answered {"error": "Tool NAME not found."} instead, as TRL's); the results, as
  * the template writes them after an answer, and the assistant's head (dt_chat_tool_suffix) are appended to the
  * completion as tokens the loss does not score (TRL's tool_mask), and the decoder goes on from there. A completion
  * whose results would not fit its row or --completion-tokens ends as it was. The reward reads such a completion as
@@ -90,8 +91,49 @@ static dt_status append_results(dt_grpo_run *gr, const dt_grpo_config *gc, dt_gr
     return st;
 }
 
+/* Whether call names one of tools (a prompt's line's list; NULL: the line lists none, so any call goes to the program). */
+static bool offered(const cJSON *tools, const cJSON *call) {
+    if (!tools) return true;
+    const char *name = cJSON_GetObjectItemCaseSensitive(call, "name")->valuestring;
+    const cJSON *tool;
+    cJSON_ArrayForEach(tool, tools) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(tool, "function"), *n = cJSON_GetObjectItemCaseSensitive(cJSON_IsObject(f) ? f : tool, "name");
+        if (cJSON_IsString(n) && !strcmp(n->valuestring, name)) return true;
+    }
+    return false;
+}
+
+/* A result that reports a failed call: a JSON object with an "error" member (TRL's result where a tool raises). */
+static bool failed(const char *result) {
+    cJSON *j = *result == '{' ? cJSON_Parse(result) : NULL;
+    bool bad = cJSON_IsObject(j) && cJSON_GetObjectItemCaseSensitive(j, "error");
+    cJSON_Delete(j);
+    return bad;
+}
+
+/* Row c's calls' results, in order: the program's next (*k) for each call its prompt offers, else TRL's "not found"
+ * error (texts[i] and what it points at the caller's; an own[i] freed by the caller). */
+static dt_status call_results(const cJSON *tools, const cJSON *calls, char **program, int *k, char **texts, char **own) {
+    int i = 0;
+    const cJSON *call;
+    cJSON_ArrayForEach(call, calls) {
+        own[i] = NULL;
+        if (offered(tools, call)) { texts[i++] = program[(*k)++]; continue; }
+        const char *name = cJSON_GetObjectItemCaseSensitive(call, "name")->valuestring;
+        size_t n = strlen(name) + 20;
+        char *what = malloc(n);
+        cJSON *e = what ? cJSON_CreateObject() : NULL;
+        if (what) snprintf(what, n, "Tool %s not found.", name);
+        if (e && cJSON_AddStringToObject(e, "error", what)) own[i] = cJSON_PrintUnformatted(e);
+        cJSON_Delete(e), free(what);
+        if (!own[i]) return dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
+        texts[i] = own[i], i++;
+    }
+    return DT_OK;
+}
+
 dt_status dt_grpo_tool_round(dt_grpo_run *gr, const dt_grpo_config *gc, int *rows, int *n) {
-    int m = *n, go = 0, k = 0;
+    int m = *n, go = 0, k = 0, ncalls = 0;
     cJSON *all = cJSON_CreateArray(), **calls = calloc((size_t)m, sizeof *calls), **answers = calloc((size_t)m, sizeof *answers);
     char **results = NULL;
     dt_status st = all && calls && answers ? DT_OK : dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
@@ -100,17 +142,28 @@ dt_status dt_grpo_tool_round(dt_grpo_run *gr, const dt_grpo_config *gc, int *row
         if (c->n == c->seg || c->toks[c->n - 1] != gr->eos) continue; /* cut short, or no end-of-text: no calls */
         answers[j] = answer_message(gr, c, &calls[j]);
         cJSON *call;
-        cJSON_ArrayForEach(call, calls[j]) cJSON_AddItemToArray(all, cJSON_Duplicate(call, true));
+        cJSON_ArrayForEach(call, calls[j]) {
+            ncalls++;
+            if (offered(gr->prompts.tools[c->prompt], call)) cJSON_AddItemToArray(all, cJSON_Duplicate(call, true));
+        }
     }
     if (!st && cJSON_GetArraySize(all) > 0) st = dt_grpo_tools_run(gc->tools, all, &results);
-    gr->stats[S_TOOL_CALLS] += cJSON_GetArraySize(all);
-    for (int j = 0; !st && results && j < m; j++) {
-        if (!cJSON_GetArraySize(calls[j])) continue;
-        bool fits;
-        st = append_results(gr, gc, &gr->done[rows[j]], answers[j], calls[j], results + k, &fits);
-        answers[j] = NULL; /* (kept in the turns, or deleted) */
-        k += cJSON_GetArraySize(calls[j]);
+    gr->stats[S_TOOL_CALLS] += ncalls;
+    for (int j = 0; !st && j < m; j++) {
+        int nc = cJSON_GetArraySize(calls[j]);
+        if (!nc) continue;
+        char **texts = calloc(2 * (size_t)nc, sizeof *texts), **own = texts ? texts + nc : NULL;
+        st = texts ? call_results(gr->prompts.tools[gr->done[rows[j]].prompt], calls[j], results, &k, texts, own)
+                   : dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
+        for (int i = 0; !st && i < nc; i++) gr->stats[S_TOOL_FAILS] += failed(texts[i]);
+        bool fits = false;
+        if (!st) {
+            st = append_results(gr, gc, &gr->done[rows[j]], answers[j], calls[j], texts, &fits);
+            answers[j] = NULL; /* (kept in the turns, or deleted) */
+        }
         if (!st && fits) rows[go++] = rows[j];
+        for (int i = 0; texts && i < nc; i++) free(own[i]);
+        free(texts);
     }
     for (int j = 0; j < m; j++) cJSON_Delete(calls ? calls[j] : NULL), cJSON_Delete(answers ? answers[j] : NULL);
     for (int j = 0; results && j < cJSON_GetArraySize(all); j++) free(results[j]);

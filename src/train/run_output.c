@@ -108,6 +108,7 @@ void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s,
         json_num(f, "frac_reward_zero_std", "%.4f", g->flat), json_num(f, "rollout_s", "%.3f", g->decode_s);
         json_num(f, "rollout_tok_per_s", "%.1f", g->rollout_tps);
         if (g->tool_calls >= 0) json_num(f, "tool_calls", "%.4f", g->tool_calls); /* (TRL's tools/call_frequency) */
+        if (g->tool_failures >= 0) json_num(f, "tool_failures", "%.4f", g->tool_failures); /* (its tools/failure_frequency) */
     }
     if (r->moe_worst > 0) fprintf(f, ",\"expert_load_max_mean\":%.4f,\"expert_load_max_mean_avg\":%.4f", r->moe_worst, r->moe_mean);
     if (r->moe_dropped >= 0 && r->moe_worst > 0) fprintf(f, ",\"expert_choices_dropped\":%.6f", r->moe_dropped);
