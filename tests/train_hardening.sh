@@ -137,6 +137,11 @@ expect "--eval-batches beyond the file: evaluates what is there, and says so" 0 
 expect "an empty file is not tokenized" 1 "empty.txt is empty: no tokens" -- "$DTRAIN" tokenize --bytes "$dir/empty.txt" "$dir/empty.bin"
 [ ! -e "$dir/empty.bin" ] && ok "... and no token file written" || fail "an empty token file was written"
 expect "a directory as --data" 1 "is a directory: a token file is made by dtrain tokenize" -- "$DTRAIN" train "${model[@]}" --data "$dir" --steps 1
+# an output that is an input (another spelling of its path): refused before it is opened, the input whole
+cp "$dir/train.bin" "$dir/keep.bin"
+expect "--metrics naming --data's file" 2 "--metrics $dir/./train.bin is the file --data $dir/train.bin names: writing it would destroy" -- \
+    "$DTRAIN" train "${model[@]}" --steps 1 --metrics "$dir/./train.bin"
+cmp -s "$dir/train.bin" "$dir/keep.bin" && ok "... and the token file is whole" || fail "--metrics over --data changed the token file"
 "$DTRAIN" train "${model[@]}" --steps=2 --lr=1e-3 --metrics="$dir/eq.jsonl" > /dev/null 2>&1
 [ "$(grep -c '"lr":0.001' "$dir/eq.jsonl" 2> /dev/null)" = 2 ] && ok "--steps=2 --lr=1e-3 (argparse's form): 2 steps at lr 0.001" ||
     fail "--flag=value: $(cat "$dir/eq.jsonl")"

@@ -119,6 +119,8 @@ dt_status dt_file_read_lines(const char *path, size_t max_bytes, char **out, siz
 /* Whether path can be written (creates and removes a temporary beside it):
  * checked at start-up so that a long run does not learn it at the end. */
 dt_status dt_file_check_writable(const char *path);
+/* Whether a and b name the same existing file or directory (links and other spellings of one path included). */
+int dt_file_same(const char *a, const char *b);
 
 #ifdef __cplusplus
 }

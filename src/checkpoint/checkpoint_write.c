@@ -129,12 +129,6 @@ dt_status dt_checkpoint_check_path(const char *path, const char *flag) {
                     save ? "a checkpoint directory" : "an HF folder", save ? "" : ", FILE.gguf (llama.cpp's)", ext);
 }
 
-/* Whether a and b name the same existing directory. */
-static int same_dir(const char *a, const char *b) {
-    struct stat sa, sb;
-    return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 dt_status dt_checkpoint_check_dir(const char *dir, const char *resume, int overwrite) {
     struct stat sb;
     dt_status st = dt_checkpoint_check_path(dir, "--save");
@@ -145,7 +139,7 @@ dt_status dt_checkpoint_check_dir(const char *dir, const char *resume, int overw
     char probe[4096];
     snprintf(probe, sizeof probe, "%s/latest", dir);
     /* another run's checkpoint is never replaced silently: a new run would remove it at its first save */
-    if (!overwrite && access(probe, F_OK) == 0 && !same_dir(dir, resume)) {
+    if (!overwrite && access(probe, F_OK) == 0 && !dt_file_same(dir, resume)) {
         char sub[4400], mpath[4500];
         cJSON *j = NULL;
         double step = -1;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Removes path.tmp.PID files that a save killed part-way left behind (the
@@ -44,6 +45,11 @@ dt_status dt_file_check_writable(const char *path) {
     close(fd);
     unlink(tmp);
     return DT_OK;
+}
+
+int dt_file_same(const char *a, const char *b) {
+    struct stat sa, sb;
+    return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 dt_status dt_file_write_atomic(const char *path, const void *const *parts, const size_t *sizes, int nparts) {

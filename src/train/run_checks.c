@@ -71,6 +71,20 @@ static dt_status check_wires(const dt_train_config *c, int nranks) {
     return DT_OK;
 }
 
+/* A file the run writes from its start (the metrics, truncated then; the trace) that is one it reads: refused, as
+ * writing it would destroy the input before or while it is read. */
+static dt_status check_outputs(const dt_train_config *c) {
+    const char *out[2][2] = { { "--metrics", c->metrics }, { "--trace", c->trace } };
+    const char *in[5][2] = { { "--data", c->data }, { "--val-data", c->val_data }, { "--grpo", c->grpo.prompts },
+                             { "--tokenizer", c->tokenizer }, { "--model", c->model } };
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 5; j++)
+            if (dt_file_same(out[i][1], in[j][1]))
+                return dt_error(DT_ERR_ARG, "%s %s is the file %s %s names: writing it would destroy what the run reads (name another "
+                                "file)", out[i][0], out[i][1], in[j][0], in[j][1]);
+    return DT_OK;
+}
+
 dt_status dt_train_check_settings(dt_train_config *c, int nranks) {
     if (c->grpo.prompts) {
         dt_status st = dt_train_check_grpo(c);
@@ -105,7 +119,8 @@ dt_status dt_train_check_settings(dt_train_config *c, int nranks) {
     if (c->sched.kind == DT_SCHED_WSD && c->steps > 0 && c->sched.warmup + decay > total)
         return dt_error(DT_ERR_ARG, "--schedule wsd: --warmup %d and %d decay steps (--decay-steps) do not fit in the %d steps",
                         c->sched.warmup, decay, total);
-    dt_status st = check_grad_store(c, nranks);
+    dt_status st = check_outputs(c);
+    if (!st) st = check_grad_store(c, nranks);
     if (!st) st = check_codec(c, nranks);
     if (!st) st = check_wires(c, nranks);
     if (st) return st;
