@@ -329,6 +329,11 @@ TOOL_COMPLETIONS = [
     {"prompt": [{"role": "user", "content": "2 + 3?"}, {"role": "assistant", "content": None, "tool_calls": [ADD]},
                 {"role": "tool", "content": "5"}], "completion": [{"role": "assistant", "content": "It is 5."}], "tools": json.dumps(TOOLS)},
 ]
+# the same with each row's chat_template_kwargs (TRL's SFTTrainer and DPOTrainer pass a row's to apply_chat_template):
+# Qwen 3's generation prompt with thinking off ends in an empty think block, Llama 3.1's system turn takes the date and,
+# with tools_in_user_message false, the tools (a data set's rows share one set of keys: Arrow makes them one struct)
+QWEN3_KWARGS = {"enable_thinking": False}
+LLAMA31_KWARGS = {"date_string": "07 Dec 2026", "tools_in_user_message": False}
 
 
 def completion_cases(folder, names):
@@ -339,7 +344,11 @@ def completion_cases(folder, names):
     cases = {"chatml": (TEMPLATE, "sft/tokenizer.json", CHAT_COMPLETIONS, 64),
              "qwen3": (open(os.path.join(own, "qwen3.jinja")).read(), "sft/tokenizer.json", CHAT_COMPLETIONS + TOOL_COMPLETIONS, 1023),
              "llama3_1": (open(os.path.join(own, "llama3_1.jinja")).read(), "sft/llama3_tokenizer.json",
-                          CHAT_COMPLETIONS + TOOL_COMPLETIONS, 1023)}
+                          CHAT_COMPLETIONS + TOOL_COMPLETIONS, 1023),
+             "qwen3_kwargs": (open(os.path.join(own, "qwen3.jinja")).read(), "sft/tokenizer.json",
+                              [dict(r, chat_template_kwargs=QWEN3_KWARGS) for r in CHAT_COMPLETIONS + TOOL_COMPLETIONS], 1023),
+             "llama3_1_kwargs": (open(os.path.join(own, "llama3_1.jinja")).read(), "sft/llama3_tokenizer.json",
+                                 [dict(r, chat_template_kwargs=LLAMA31_KWARGS) for r in CHAT_COMPLETIONS + TOOL_COMPLETIONS], 1023)}
     for name in names or cases:
         template, tokf, rows, seq = cases[name]
         llama = "llama3" in tokf

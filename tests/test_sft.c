@@ -575,6 +575,9 @@ int main(int argc, char **argv) {
     check_tool_suffix(dir);
     check_chat_completions(dir, "qwen3", DT_CHAT_QWEN3, "tokenizer.json", TMAX - 1, 4);
     check_chat_completions(dir, "llama3_1", DT_CHAT_LLAMA31, "llama3_tokenizer.json", TMAX - 1, 4);
+    /* each row's chat_template_kwargs: Qwen 3's thinking off, Llama 3.1's date and its tools in the system turn */
+    check_chat_completions(dir, "qwen3_kwargs", DT_CHAT_QWEN3, "tokenizer.json", TMAX - 1, 4);
+    check_chat_completions(dir, "llama3_1_kwargs", DT_CHAT_LLAMA31, "llama3_tokenizer.json", TMAX - 1, 4);
     check_today();
     grpo_refused(dir, "refused: a GRPO conversational prompt without a chat template (its line named)",
                  "{\"prompt\": \"a text\"}\n{\"prompt\": [{\"role\": \"user\", \"content\": \"Hi\"}]}\n", DT_CHAT_NONE,
@@ -589,6 +592,12 @@ int main(int argc, char **argv) {
     check_reasoning_split();
     refused(dir, "refused: a line that is not JSON", "{\"messages\": [", DT_CHAT_CHATML, "not JSON");
     refused(dir, "refused: a line without messages or prompt and completion", "{\"text\": \"hi\"}", DT_CHAT_CHATML, "neither");
+    refused(dir, "refused: a line's chat_template_kwargs of a key no template here reads",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}], "
+            "\"chat_template_kwargs\": {\"add_vision_id\": true}}", DT_CHAT_QWEN3, "\"chat_template_kwargs\" holds 'add_vision_id'");
+    refused(dir, "refused: chat_template_kwargs beside a text prompt and completion",
+            "{\"prompt\": \"a\", \"completion\": \"b\", \"chat_template_kwargs\": {\"enable_thinking\": false}}", DT_CHAT_QWEN3,
+            "\"chat_template_kwargs\" go to a chat template");
     refused(dir, "refused: a role that is not system, user or assistant",
             "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", DT_CHAT_CHATML, "role \"tool\"");
     refused(dir, "refused: a chat without a template", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", DT_CHAT_NONE,

@@ -59,16 +59,17 @@ static dt_status put(seq *s, dt_bpe *tok, const char *text, size_t len, int scor
 
 static dt_status put_str(seq *s, dt_bpe *tok, const char *text, int scored) { return put(s, tok, text, strlen(text), scored); }
 
-/* The template's own system turn (Qwen 2.5's where a chat has none, Llama 3.1's always; with tools, the turns that
- * hold them) unscored; the chat's first messages written in it skipped (*m moved on, *k counting them). */
-static dt_status system_turn(const cJSON *msgs, const cJSON *tools, const dt_chat_template *t, dt_bpe *tok, const char *where, seq *s,
+/* The template's own system turn (Qwen 2.5's where a chat has none, Llama 3.1's always, with kw's date or its own;
+ * with kw's tools, the turns that hold them) unscored; the chat's first messages written in it skipped (*m moved on,
+ * *k counting them). */
+static dt_status system_turn(const cJSON *msgs, const dt_chat_kwargs *kw, const dt_chat_template *t, dt_bpe *tok, const char *where, seq *s,
                              const cJSON **m, int *k) {
     const cJSON *r0 = *m ? cJSON_GetObjectItemCaseSensitive(*m, "role") : NULL, *c0 = *m ? cJSON_GetObjectItemCaseSensitive(*m, "content") : NULL;
     bool system0 = cJSON_IsString(r0) && !strcmp(r0->valuestring, "system") && cJSON_IsString(c0);
     char *sys = NULL;
     int used = system0 && t->preamble; /* (Llama 3.1's writes the system message in it) */
-    dt_status st = dt_chat_has_tools(tools) ? dt_chat_tools_turn(t, msgs, &(dt_chat_kwargs){ .tools = tools }, &sys, &used)
-                                            : dt_chat_system_turn(t, system0 ? c0->valuestring : NULL, NULL, &sys);
+    dt_status st = dt_chat_has_tools(kw->tools) ? dt_chat_tools_turn(t, msgs, kw, &sys, &used)
+                                                : dt_chat_system_turn(t, system0 ? c0->valuestring : NULL, kw->date, &sys);
     if (st) return dt_error(st, "%s: %s", where, dt_last_error());
     if (sys) st = put_str(s, tok, sys, 0);
     for (*k = 0; sys && *k < used; (*k)++) *m = (*m)->next; /* written in it */
@@ -96,12 +97,12 @@ typedef struct {
 /* msgs' turns by the template's pieces (chat_template.c; tool calls and results by chat_tools.c), after its beginning
  * and its own system turn (with tools, where given) when first: each head unscored, with score an assistant's content
  * (its tool calls too) and end of turn scored (SFT's), else nothing; *assistants counts the assistant's turns. */
-static dt_status render_turns(const cJSON *msgs, const cJSON *tools, const dt_chat_template *t, dt_bpe *tok, const char *where, bool first,
+static dt_status render_turns(const cJSON *msgs, const dt_chat_kwargs *kw, const dt_chat_template *t, dt_bpe *tok, const char *where, bool first,
                               bool score, turns_at in, seq *s, int *assistants) {
     const cJSON *m = msgs->child;
     int k = 0;
     dt_status st = first ? put_str(s, tok, t->begin, 0) : DT_OK;
-    if (!st && first) st = system_turn(msgs, tools, t, tok, where, s, &m, &k);
+    if (!st && first) st = system_turn(msgs, kw, t, tok, where, s, &m, &k);
     for (; m && !st; m = m->next, k++) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
@@ -143,9 +144,9 @@ static dt_status render_turns(const cJSON *msgs, const cJSON *tools, const dt_ch
 }
 
 /* A chat: the assistant's turns scored. */
-static dt_status render_chat(const cJSON *msgs, const cJSON *tools, dt_chat_kind chat, dt_bpe *tok, const char *where, seq *s) {
+static dt_status render_chat(const cJSON *msgs, const dt_chat_kwargs *kw, dt_chat_kind chat, dt_bpe *tok, const char *where, seq *s) {
     int assistants = 0;
-    dt_status st = render_turns(msgs, tools, dt_chat_template_of(chat), tok, where, true, true, (turns_at){ 0 }, s, &assistants);
+    dt_status st = render_turns(msgs, kw, dt_chat_template_of(chat), tok, where, true, true, (turns_at){ 0 }, s, &assistants);
     if (!st && !assistants) st = dt_error(DT_ERR_IO, "%s: no assistant message: nothing in it is scored", where);
     return st;
 }
@@ -188,7 +189,7 @@ static dt_status render_pair(const char *prompt, const char *chosen, const char 
 /* A conversational prompt and completion as TRL renders them (by the template itself, as for generation): the prompt's
  * turns and the assistant's head (the generation prompt) alone, and the prompt's turns then the completion's (which,
  * what it is, for the error) into s; *from: where the two diverge, the completion's first token. */
-static dt_status render_chat_completion(const cJSON *prompt, const cJSON *completion, const cJSON *tools, const dt_chat_template *t,
+static dt_status render_chat_completion(const cJSON *prompt, const cJSON *completion, const dt_chat_kwargs *kw, const dt_chat_template *t,
                                         dt_bpe *tok, const char *where, const char *which, seq *s, size_t *from) {
     seq p = { 0 };
     int n = 0, nc = 0, np = cJSON_GetArraySize(prompt);
@@ -198,11 +199,12 @@ static dt_status render_chat_completion(const cJSON *prompt, const cJSON *comple
     for (const cJSON *m = completion->child; all && m; m = m->next) cJSON_AddItemToArray(all, cJSON_Duplicate(m, true));
     turns_at alone = { 0, np, dt_chat_last_query(prompt) }, whole = { 0, cJSON_GetArraySize(all), all ? dt_chat_last_query(all) : 0 };
     dt_status st = all ? DT_OK : dt_error(DT_ERR_NOMEM, "sft: out of memory");
-    if (!st) st = render_turns(prompt, tools, t, tok, where, true, false, alone, &p, &n);
+    if (!st) st = render_turns(prompt, kw, t, tok, where, true, false, alone, &p, &n);
     if (!st) st = put_str(&p, tok, head, 0);
-    if (!st) st = render_turns(prompt, tools, t, tok, where, true, false, whole, s, &n);
+    if (!st && t->no_think && !kw->thinking) st = put_str(&p, tok, t->no_think, 0); /* (Qwen 3's generation prompt, thinking off) */
+    if (!st) st = render_turns(prompt, kw, t, tok, where, true, false, whole, s, &n);
     whole.at = np;
-    if (!st) st = render_turns(completion, tools, t, tok, where, false, false, whole, s, &nc);
+    if (!st) st = render_turns(completion, kw, t, tok, where, false, false, whole, s, &nc);
     cJSON_Delete(all);
     if (!st && !nc) st = dt_error(DT_ERR_IO, "%s: the %s has no assistant message", where, which);
     for (*from = 0; !st && *from < p.n && *from < s->n && p.ids[*from] == s->ids[*from]; (*from)++) {}
@@ -212,12 +214,12 @@ static dt_status render_chat_completion(const cJSON *prompt, const cJSON *comple
 
 /* A conversational pair as TRL's DPOTrainer renders it: each completion after the prompt (render_chat_completion),
  * scored from where the prompt and the first of the two diverge (its turns whole: content, end of turn, what follows). */
-static dt_status render_chat_pair(const cJSON *prompt, const cJSON *chosen, const cJSON *rejected, const cJSON *tools, dt_chat_kind chat,
+static dt_status render_chat_pair(const cJSON *prompt, const cJSON *chosen, const cJSON *rejected, const dt_chat_kwargs *kw, dt_chat_kind chat,
                                   dt_bpe *tok, const char *where, seq *c, seq *r) {
     const dt_chat_template *t = dt_chat_template_of(chat);
     size_t pc = 0, pr = 0;
-    dt_status st = render_chat_completion(prompt, chosen, tools, t, tok, where, "chosen", c, &pc);
-    if (!st) st = render_chat_completion(prompt, rejected, tools, t, tok, where, "rejected", r, &pr);
+    dt_status st = render_chat_completion(prompt, chosen, kw, t, tok, where, "chosen", c, &pc);
+    if (!st) st = render_chat_completion(prompt, rejected, kw, t, tok, where, "rejected", r, &pr);
     size_t from = pc < pr ? pc : pr;
     for (size_t i = from; !st && i < c->n; i++) c->scored[i] = 1;
     for (size_t i = from; !st && i < r->n; i++) r->scored[i] = 1;
@@ -226,13 +228,13 @@ static dt_status render_chat_pair(const cJSON *prompt, const cJSON *chosen, cons
 
 /* A conversational prompt and completion for SFT: as TRL's SFTTrainer scores it by default (completion_only_loss), every
  * token from where the prompt's generation prompt and prompt + completion diverge. */
-static dt_status render_chat_example(const cJSON *prompt, const cJSON *completion, const cJSON *tools, dt_chat_kind chat, dt_bpe *tok,
+static dt_status render_chat_example(const cJSON *prompt, const cJSON *completion, const dt_chat_kwargs *kw, dt_chat_kind chat, dt_bpe *tok,
                                      const char *where, seq *s) {
     if (!tok || chat == DT_CHAT_NONE)
         return dt_error(DT_ERR_ARG, "%s: a conversational prompt and completion need a tokenizer and a chat template (its "
                         "tokenizer_config.json's, or --chat-template KIND)", where);
     size_t from = 0;
-    dt_status st = render_chat_completion(prompt, completion, tools, dt_chat_template_of(chat), tok, where, "completion", s, &from);
+    dt_status st = render_chat_completion(prompt, completion, kw, dt_chat_template_of(chat), tok, where, "completion", s, &from);
     for (size_t i = 0; !st && i < s->n; i++) s->scored[i] = i >= from;
     return st;
 }
@@ -315,10 +317,14 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
                 *rj = cJSON_GetObjectItemCaseSensitive(j, "rejected");
     cJSON *parsed = NULL;
     bool bad_tools;
-    const cJSON *tools = dt_chat_line_tools(j, &parsed, &bad_tools);
+    const cJSON *tools = dt_chat_line_tools(j, &parsed, &bad_tools), *kwargs = cJSON_GetObjectItemCaseSensitive(j, "chat_template_kwargs");
+    dt_chat_kwargs kw; /* the line's chat_template_kwargs (TRL's per-example ones) and tools */
     seq s = { 0 }, s2 = { 0 };
     int pair = ch || rj;
-    dt_status st = pair && !p ? extract_prompt(j, where) : DT_OK;
+    dt_status st = dt_chat_kwargs_read(kwargs, &kw);
+    if (st) st = dt_error(st, "%s: \"chat_template_kwargs\" %s", where, dt_last_error());
+    kw.tools = tools;
+    if (!st && pair && !p) st = extract_prompt(j, where);
     if (pair && !p) /* the pair as extract_prompt left it */
         p = cJSON_GetObjectItemCaseSensitive(j, "prompt"), ch = cJSON_GetObjectItemCaseSensitive(j, "chosen"),
         rj = cJSON_GetObjectItemCaseSensitive(j, "rejected");
@@ -327,13 +333,15 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
     } else if (bad_tools || (tools && !chats)) {
         st = dt_error(DT_ERR_IO, "%s: \"tools\" is a list of the tools a chat's messages may call ({\"type\": \"function\", \"function\": "
                       "{...}}, or the list's JSON text), beside \"messages\" or a conversational pair", where);
+    } else if (kwargs && !cJSON_IsNull(kwargs) && !chats) {
+        st = dt_error(DT_ERR_IO, "%s: \"chat_template_kwargs\" go to a chat template: beside \"messages\" or conversational prompts", where);
     } else if (d->pairs >= 0 && pair != d->pairs) {
         st = dt_error(DT_ERR_IO, "%s: %s, but the lines before are %s: a file holds one kind", where, pair ? "a preference pair" : "an example",
                       pair ? "examples (chats, prompts and completions)" : "preference pairs");
     } else if (pair && cJSON_IsArray(p) && cJSON_IsArray(ch) && cJSON_IsArray(rj)) {
         st = !tok || chat == DT_CHAT_NONE ? dt_error(DT_ERR_ARG, "%s: a conversational pair needs a tokenizer and a chat template (its "
                                                      "tokenizer_config.json's, or --chat-template KIND)", where)
-                                          : render_chat_pair(p, ch, rj, tools, chat, tok, where, &s, &s2);
+                                          : render_chat_pair(p, ch, rj, &kw, chat, tok, where, &s, &s2);
     } else if (pair) {
         st = !cJSON_IsString(p) || !cJSON_IsString(ch) || !cJSON_IsString(rj)
                ? dt_error(DT_ERR_IO, "%s: a preference pair is {\"prompt\": TEXT, \"chosen\": TEXT, \"rejected\": TEXT}, or the three as "
@@ -344,11 +352,11 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
                              "prompts and completions)", where)
            : chat == DT_CHAT_NONE ? dt_error(DT_ERR_ARG, "%s: chat messages need a chat template: the tokenizer's tokenizer_config.json's, "
                                              "or --chat-template KIND", where)
-                                  : render_chat(msgs, tools, chat, tok, where, &s);
+                                  : render_chat(msgs, &kw, chat, tok, where, &s);
     } else if (cJSON_IsString(p) && cJSON_IsString(c)) {
         st = render_completion(p->valuestring, c->valuestring, tok, eos, &s);
     } else if (cJSON_IsArray(p) && cJSON_IsArray(c)) {
-        st = render_chat_example(p, c, tools, chat, tok, where, &s);
+        st = render_chat_example(p, c, &kw, chat, tok, where, &s);
     } else {
         st = dt_error(DT_ERR_IO, "%s: neither \"messages\" (a list) nor \"prompt\" and \"completion\" (texts, or lists of messages)", where);
     }
