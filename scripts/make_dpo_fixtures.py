@@ -17,7 +17,8 @@ Writes tests/fixtures/dpo/:
   implicit.safetensors   TRL's rows of them (extract_prompt's split), "loss"
   tools_<name>.jsonl     conversational pairs with tools (a call chosen or rejected, a call and its result in the
                          prompt), rendered by Qwen 2.5's (qwen2_5) and Llama 3.1's (llama3_1) templates, the tokenizers
-                         and templates of tests/fixtures/sft/<name>_prompts.json; rows of 1024
+                         and templates of tests/fixtures/sft/<name>_prompts.json; rows of 1024; qwen3_kwargs and
+                         llama3_1_kwargs: pairs with each row's chat_template_kwargs
   tools_<name>.safetensors  TRL's rows of them: "ids.<k>", "mask.<k>" (only the rows: `make_dpo_fixtures.py tools`
                          writes these alone)
 Run with the baselines' environment (scripts/make-baselines-venv.sh, with trl):
@@ -87,7 +88,7 @@ def dpo_batch(policy, ref, tok, rows, tmp, max_length=MAX):
 def tool_cases():
     """Pairs with tools by Qwen 2.5's and Llama 3.1's templates: TRL's rows (the tools' turns in the prompt)."""
     sys.path.insert(0, HERE)
-    from make_sft_fixtures import TOOLS, ADD
+    from make_sft_fixtures import TOOLS, ADD, QWEN3_KWARGS, LLAMA31_KWARGS
     user = [{"role": "user", "content": "2 + 3?"}]
     call = [{"role": "assistant", "content": None, "tool_calls": [ADD]}]
     pairs = {
@@ -102,10 +103,18 @@ def tool_cases():
                       "rejected": [{"role": "assistant", "content": " I cannot add. "}], "tools": TOOLS},
                      {"prompt": [{"role": "user", "content": "Weather in Paris?"}], "chosen": call,
                       "rejected": [{"role": "assistant", "content": "Sunny."}], "tools": json.dumps(TOOLS)}],
+        # each row's chat_template_kwargs (TRL's DPOTrainer passes a row's to apply_chat_template): Qwen 3's generation
+        # prompt with thinking off, so its empty think block is the prompt's; Llama 3.1's date, its tools in the system turn
+        "qwen3_kwargs": [{"prompt": user, "chosen": [{"role": "assistant", "content": "5."}], "rejected": [{"role": "assistant", "content": "6."}],
+                          "tools": None, "chat_template_kwargs": QWEN3_KWARGS},
+                         {"prompt": [{"role": "system", "content": "Be brief."}] + user + [{"role": "assistant", "content": "5."}] +
+                          [{"role": "user", "content": "And 3 + 4?"}], "chosen": [{"role": "assistant", "content": "7."}],
+                          "rejected": [{"role": "assistant", "content": "Seven, I think."}], "tools": None, "chat_template_kwargs": QWEN3_KWARGS}],
     }
+    pairs["llama3_1_kwargs"] = [dict(r, chat_template_kwargs=LLAMA31_KWARGS) for r in pairs["llama3_1"]]
     torch.manual_seed(7)
     for name, rows in pairs.items():
-        case = json.load(open(os.path.join(SFT, name + "_prompts.json")))
+        case = json.load(open(os.path.join(SFT, name.replace("_kwargs", "") + "_prompts.json")))
         llama = "llama3" in case["tokenizer"]
         tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(SFT, "..", case["tokenizer"]),
                                       **(dict(bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", pad_token="<|end_of_text|>") if llama
@@ -115,7 +124,7 @@ def tool_cases():
                           num_key_value_heads=2, max_position_embeddings=1024)
         ref = LlamaForCausalLM(cfg).float()
         # the data set as TRL reads it: the tools as their JSON text (a column mixes no lists and texts)
-        data = [dict(p, tools=p["tools"] if isinstance(p["tools"], str) else json.dumps(p["tools"])) for p in rows]
+        data = [dict(p, tools=p["tools"] if isinstance(p["tools"], str) else json.dumps(p["tools"]) if p["tools"] else None) for p in rows]
         with tempfile.TemporaryDirectory() as tmp:
             _, batch, tensors = dpo_batch(LlamaForCausalLM(cfg).float(), ref, tok, data, tmp, max_length=1024)
         with open(os.path.join(OUT, f"tools_{name}.jsonl"), "w") as f:

@@ -68,7 +68,7 @@ static void check_tool_rows(const char *dir, const char *name, const char *token
     snprintf(file, sizeof file, "dpo/tools_%s.jsonl", name);
     snprintf(fixture, sizeof fixture, "dpo/tools_%s.safetensors", name);
     dt_status st = fixture_sft_open(dir, tokenizer, kind, TL, file, fixture, &tok, &d, &f);
-    snprintf(what, sizeof what, "tools_%s: %zu pairs with tools, their rows (the tools' turns, the calls) are TRL's", name,
+    snprintf(what, sizeof what, "tools_%s: %zu pairs, their rows (the tools' turns, the calls, a line's kwargs) are TRL's", name,
              d ? dt_sft_rows(d) / 2 : 0);
     if (!st) check(what, dt_sft_rows(d) == 4 && rows_match(d, f, 4, TL), NULL);
     else printf("FAIL tools_%s: %s\n", name, dt_last_error()), failed++;
@@ -220,6 +220,9 @@ int main(int argc, char **argv) {
     check_trl(dir, "implicit");
     check_tool_rows(dir, "qwen2_5", "tokenizer.json", DT_CHAT_QWEN25);
     check_tool_rows(dir, "llama3_1", "llama3_tokenizer.json", DT_CHAT_LLAMA31);
+    /* each row's chat_template_kwargs: Qwen 3's thinking off, Llama 3.1's date and its tools in the system turn */
+    check_tool_rows(dir, "qwen3_kwargs", "tokenizer.json", DT_CHAT_QWEN3);
+    check_tool_rows(dir, "llama3_1_kwargs", "llama3_tokenizer.json", DT_CHAT_LLAMA31);
     refused(dir, "refused: a pair without its rejected completion", "{\"prompt\": \"a\", \"chosen\": \"b\"}\n", 1, "preference pair is");
     refused(dir, "refused: a conversational pair without a chat template", "{\"prompt\": [{\"role\": \"user\", \"content\": \"a\"}], \"chosen\": "
             "[{\"role\": \"assistant\", \"content\": \"b\"}], \"rejected\": [{\"role\": \"assistant\", \"content\": \"c\"}]}\n", 1,
