@@ -111,18 +111,21 @@ tools_run() { # NAME ARGS...: 2 steps of 2 completions of each prompt with the t
         --grpo-tools "cmd:tee -a $m/$name.calls | awk '{ print 5 }'" --reward "cmd:tee -a $m/$name.seen | awk '{ print length(\$0) % 3 }'" \
         --metrics "$m/$name.jsonl" "$@" > "$m/$name.out" 2>&1
 }
-want_call='{"name":"add","arguments":{"a":2,"b":3}}'
+want_call='{"name":"add","arguments":{"a":2,"b":3},"completion":[0-7]}'
+# the completions' numbers of a run's calls: a completion that called in two rounds gives its number twice, the same
+numbers() { grep -o '"completion":[0-9]*' "$1" | cut -d: -f2 | sort -n | uniq -c | awk '{ printf "%s%dx%d", (NR > 1 ? " " : ""), $2, $1 }'; }
 turn='"tool_calls":[{"type":"function","function":{"name":"add","arguments":{"a":2,"b":3}}}]},{"role":"tool","name":"add","content":"5"},{"role":"assistant","content":"'
 if tools_run one --batch 4; then
     calls=$(grep -c . "$m/one.calls")
     turns=$(grep -cF "$turn" "$m/one.seen")
     twice=$(grep -cF "$turn\",$turn" "$m/one.seen") # (a call, its result, a call with no text, its result, an answer)
     logged=$(field tool_calls "$m/one.jsonl" | awk '{ s += $1 * 4 } END { printf "%d", s + 0.5 }') # (a step's mean over its 4)
-    [ "$calls" -gt 0 ] && [ "$(grep -cxF "$want_call" "$m/one.calls")" = "$calls" ] && [ "$turns" -gt 0 ] && [ "$twice" -gt 0 ] &&
+    [ "$calls" -gt 0 ] && [ "$(grep -cx "$want_call" "$m/one.calls")" = "$calls" ] && [ "$turns" -gt 0 ] && [ "$twice" -gt 0 ] &&
+        numbers "$m/one.calls" | grep -q "x2" && ! numbers "$m/one.calls" | grep -q "x[3-9]" &&
         grep -q "GRPO: a completion's tool calls (Llama 3.1's form) run by --grpo-tools cmd:.*, as many rounds as a row holds" "$m/one.out" &&
         [ "$logged" = "$calls" ] && [ "$(field tool_failures "$m/one.jsonl" | sort -u)" = 0.0000 ] &&
-        ok "--grpo-tools: $calls calls of add(2, 3) in 8 completions (the metrics' tool_calls too), each run by the program; $turns completions went on after a result ($twice after two), the reward reading the calls, the results and the answers" ||
-        fail "--grpo-tools: calls '$(head -2 "$m/one.calls")', reward lines '$(head -c 900 "$m/one.seen")'"
+        ok "--grpo-tools: $calls calls of add(2, 3) in 8 completions (the metrics' tool_calls too; completion x calls: $(numbers "$m/one.calls")), each run by the program; $turns completions went on after a result ($twice after two), the reward reading the calls, the results and the answers" ||
+        fail "--grpo-tools: calls '$(head -2 "$m/one.calls")' (completion x calls: $(numbers "$m/one.calls"); logged $logged), reward lines '$(head -c 900 "$m/one.seen")'"
     tools_run ddp --nproc 2 --batch 2
     l=$(differs loss "$m/one.jsonl" "$m/ddp.jsonl" 2)
     r=$(differs reward "$m/one.jsonl" "$m/ddp.jsonl" 2)
@@ -162,7 +165,7 @@ if tool_model "$q" "$(dirname "$0")/fixtures" qwen2_5 tokenizer.json qwen2.5 "<|
         --threads 1 --grpo-tools "cmd:tee -a $q/calls | awk '{ print 5 }'" --reward "cmd:tee -a $q/seen | awk '{ print 1 }'" \
         --metrics "$q/run.jsonl" > "$q/run.out" 2>&1; then
     calls=$(grep -c . "$q/calls")
-    [ "$calls" -gt 0 ] && [ "$(grep -cxF "$want_call" "$q/calls")" = "$calls" ] && [ "$(grep -cF "$turn\",$turn" "$q/seen")" -gt 0 ] &&
+    [ "$calls" -gt 0 ] && [ "$(grep -cx "$want_call" "$q/calls")" = "$calls" ] && [ "$(grep -cF "$turn\",$turn" "$q/seen")" -gt 0 ] &&
         ok "--grpo-tools by Qwen 2.5's template: $calls calls of add(2, 3) in 8 completions, $(grep -cF "$turn\",$turn" "$q/seen") going on after two results" ||
         fail "--grpo-tools by Qwen 2.5's: calls '$(head -2 "$q/calls")', reward lines '$(head -c 900 "$q/seen")'"
 else

@@ -1,5 +1,7 @@
 /* The tools a GRPO rollout's completions call (--grpo-tools cmd:COMMAND), run by the user's program: started once a
- * round of calls (sh -c), it reads one JSON line a call, {"name": NAME, "arguments": {...}}, and writes one line a
+ * round of calls (sh -c), it reads one JSON line a call, {"name": NAME, "arguments": {...}, "completion": K} (K the
+ * completion's number in the run, its prompt's place in the stream times the group plus its place in the group: the
+ * same on every layout, so a program can keep each rollout's state by it), and writes one line a
  * call, the call's result as the model will read it (any text; TRL's str() of a tool's return), in order; a call
  * that fails is answered {"error": "WHY"}, which the model reads and the metrics count (TRL's result where a tool
  * raises). A program that fails, answers too few or too many lines, or says nothing for a minute is an error naming

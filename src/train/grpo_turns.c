@@ -142,9 +142,12 @@ dt_status dt_grpo_tool_round(dt_grpo_run *gr, const dt_grpo_config *gc, int *row
         if (c->n == c->seg || c->toks[c->n - 1] != gr->eos) continue; /* cut short, or no end-of-text: no calls */
         answers[j] = answer_message(gr, c, &calls[j]);
         cJSON *call;
+        /* the completion's number in the run, the same on every layout: a program keeps a rollout's state by it */
+        double number = (double)c->place * gc->group + rows[j] % gc->group;
         cJSON_ArrayForEach(call, calls[j]) {
             ncalls++;
-            if (offered(gr->prompts.tools[c->prompt], call)) cJSON_AddItemToArray(all, cJSON_Duplicate(call, true));
+            cJSON *line = offered(gr->prompts.tools[c->prompt], call) ? cJSON_Duplicate(call, true) : NULL;
+            if (line) cJSON_AddNumberToObject(line, "completion", number), cJSON_AddItemToArray(all, line);
         }
     }
     if (!st && cJSON_GetArraySize(all) > 0) st = dt_grpo_tools_run(gc->tools, all, &results);
