@@ -108,6 +108,14 @@ TOOLS = [
 # chats to train on with tools (one call's arguments' keys throughout: a data set's columns unify their structs), the
 # tools of the first as a list, of the second as their JSON text (as data sets keep them, and TRL reads either)
 ADD = {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}
+# numbers written as floats (1.0, 0.0, 2.5e16, 1e16) in a tool's schema and a call's arguments: Python keeps them floats
+# and tojson writes them back so ("1.0", "2.5e+16"), where a whole number written without a point stays an int
+SCALE = [{"type": "function", "function": {"name": "scale", "description": "x times k",
+                                           "parameters": {"type": "object", "properties": {
+                                               "x": {"type": "number", "default": 1.0, "minimum": -2.5e16, "maximum": 1e16},
+                                               "k": {"type": "integer", "default": 3, "minimum": 0.0, "maximum": 100.0}},
+                                               "required": ["x"]}}}]
+SCALED = {"type": "function", "function": {"name": "scale", "arguments": {"x": 2.0, "k": 3}}}
 TOOL_CHATS = [
     {"messages": [{"role": "user", "content": "2 + 3?"}, {"role": "assistant", "content": None, "tool_calls": [ADD]},
                   {"role": "tool", "content": "5"}, {"role": "assistant", "content": "It is 5."}], "tools": TOOLS},
@@ -118,6 +126,8 @@ TOOL_CHATS = [
 ]
 TOOL_PROMPTS = [
     {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS},
+    {"messages": [{"role": "user", "content": "2 x 3?"}, {"role": "assistant", "content": "", "tool_calls": [SCALED]},
+                  {"role": "tool", "content": "6.0"}], "tools": SCALE},
     {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris and 2 + 3?"},
                   {"role": "assistant", "content": "",
                    "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}},
@@ -180,6 +190,8 @@ LLAMA_TOOL_CHATS = [
 ]
 LLAMA_TOOL_PROMPTS = [
     {"messages": [{"role": "user", "content": " Weather in Paris? "}], "tools": TOOLS},
+    {"messages": [{"role": "user", "content": "2 x 3?"}, {"role": "assistant", "content": None, "tool_calls": [SCALED]},
+                  {"role": "tool", "content": "6.0"}], "tools": SCALE},
     {"messages": [{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "2 + 3?"},
                   {"role": "assistant", "content": "Let me add.", "tool_calls": [ADD]}, {"role": "tool", "content": "{\"sum\": 5}"},
                   {"role": "assistant", "content": "5."}, {"role": "user", "content": "Thanks."}], "tools": TOOLS},

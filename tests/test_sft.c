@@ -8,6 +8,7 @@
 #include "dtrain/kernels.h"
 #include "dtrain/program.h"
 #include "fixture_checks.h"
+#include "io/json_text.h"           /* (the fixtures' floats kept: 1.0 stays a float, as Python wrote it) */
 #include "serve/serve_internal.h" /* (the server's chat prompt, against Qwen 3's template) */
 #include "train/grpo_prompts.h"       /* (GRPO's conversational prompts, against apply_chat_template) */
 
@@ -292,6 +293,14 @@ static void refused(const char *dir, const char *what, const char *line, dt_chat
  * tokens and scored targets are TRL's (SFTTrainer with its training form: Qwen 3's every answer's think block scored,
  * and the newline after <|im_end|>; Qwen 2.5's the newline after the head too, and its system turn where a chat has
  * none); each generation prompt (thinking on and off) is the template's text to the byte. */
+/* v as JSON text that keeps a float a float (1.0: tojson's form; cJSON's printer writes 1), or NULL. */
+static char *json_text(const cJSON *v) {
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    if (dt_chat_tojson(v, &buf, &len, &cap)) free(buf), buf = NULL;
+    return buf;
+}
+
 /* A prompt case as the server takes it, a chat request (its messages and chat_template_kwargs): its prompt's tokens
  * against the case's ids, apply_chat_template's (the template's own begin-of-text, not the tokenizer's in front too). */
 static bool request_ids_match(const cJSON *c, dt_bpe *tok, dt_chat_kind chat) {
@@ -306,7 +315,7 @@ static bool request_ids_match(const cJSON *c, dt_bpe *tok, dt_chat_kind chat) {
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(c, "tools"); /* (a request's own field, as OpenAI's API has it) */
     if (tools) cJSON_AddItemToObject(req, "tools", cJSON_Duplicate(tools, 1));
     cJSON_AddNumberToObject(req, "max_tokens", 1);
-    char *body = cJSON_PrintUnformatted(req);
+    char *body = json_text(req);
     serve_vocab v = { .bpe = tok, .vocab = dt_bpe_vocab_size(tok), .eot = -1, .chat = chat };
     serve_params p = { 0 };
     const char *param = NULL;
@@ -332,9 +341,9 @@ static bool grpo_prompts_match(const cJSON *cases, dt_bpe *tok, dt_chat_kind cha
         char path[] = "/tmp/dtrain_grpo_chat_XXXXXX.jsonl";
         int fd = mkstemps(path, 6);
         FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-        char *line = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(c, "messages"));
+        char *line = json_text(cJSON_GetObjectItemCaseSensitive(c, "messages"));
         const cJSON *tools = cJSON_GetObjectItemCaseSensitive(c, "tools");
-        char *tl = tools ? cJSON_PrintUnformatted(tools) : NULL; /* (as a data set's line has them; TRL's GRPO takes the trainer's) */
+        char *tl = tools ? json_text(tools) : NULL; /* (as a data set's line has them; TRL's GRPO takes the trainer's) */
         if (f) fprintf(f, "{\"prompt\": %s%s%s}\n", line ? line : "null", tl ? ", \"tools\": " : "", tl ? tl : ""), fclose(f);
         free(line), free(tl);
         const cJSON *date = cJSON_GetObjectItemCaseSensitive(c, "date_string"), *want = cJSON_GetObjectItemCaseSensitive(c, "ids"),
@@ -367,7 +376,7 @@ static void check_template(const char *dir, const char *name, dt_chat_kind want,
     dt_safetensors *f = NULL;
     snprintf(path, sizeof path, "%s/sft/%s_prompts.json", dir, name);
     dt_status st = dt_file_read_text(path, 1 << 20, &text, NULL);
-    cJSON *j = st ? NULL : cJSON_Parse(text);
+    cJSON *j = st ? NULL : dt_json_parse_whole(text);
     const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(j, "chat_template"), *cases = cJSON_GetObjectItemCaseSensitive(j, "cases"), *c;
     const cJSON *tj = cJSON_GetObjectItemCaseSensitive(j, "tokenizer"), *sj = cJSON_GetObjectItemCaseSensitive(j, "seq");
     int seq = cJSON_IsNumber(sj) ? sj->valueint : T;
@@ -564,13 +573,13 @@ int main(int argc, char **argv) {
     check_case(dir, "completion", 3);
     check_packed(dir);
     check_cache(dir);
-    check_template(dir, "qwen3", DT_CHAT_QWEN3, 6, 16);
-    check_template(dir, "qwen2_5", DT_CHAT_QWEN25, 6, 12);
+    check_template(dir, "qwen3", DT_CHAT_QWEN3, 6, 18);
+    check_template(dir, "qwen2_5", DT_CHAT_QWEN25, 6, 14);
     check_template(dir, "qwen2", DT_CHAT_QWEN2, 4, 6);
     check_template(dir, "smollm2", DT_CHAT_SMOLLM2, 4, 6);
     check_template(dir, "llama3", DT_CHAT_LLAMA3, 3, 6);
-    check_template(dir, "llama3_1", DT_CHAT_LLAMA31, 5, 24);
-    check_template(dir, "llama3_2", DT_CHAT_LLAMA32, 5, 24);
+    check_template(dir, "llama3_1", DT_CHAT_LLAMA31, 5, 28);
+    check_template(dir, "llama3_2", DT_CHAT_LLAMA32, 5, 28);
     check_chat_completions(dir, "chatml", DT_CHAT_CHATML, "tokenizer.json", T, 2);
     check_tool_suffix(dir);
     check_chat_completions(dir, "qwen3", DT_CHAT_QWEN3, "tokenizer.json", TMAX - 1, 4);

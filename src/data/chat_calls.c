@@ -49,7 +49,9 @@ static cJSON *json_calls(const char *text, size_t n) {
     const char *p = n >= t && !memcmp(s, PYTHON_TAG, t) ? s + t : s, *end;
     cJSON *calls = cJSON_CreateArray();
     while (calls) {
-        cJSON *j = cJSON_ParseWithOpts(p, &end, false), *call = j ? one_call(j) : NULL;
+        cJSON *j = cJSON_ParseWithOpts(p, &end, false), *call;
+        if (j) dt_json_mark_floats(j, p, (size_t)(end - p)); /* (arguments written 2.0 go back into a prompt so) */
+        call = j ? one_call(j) : NULL;
         cJSON_Delete(j);
         if (!call) {
             cJSON_Delete(calls), calls = NULL;

@@ -2,8 +2,9 @@
  * its default separators ", " and ": ", the keys in their order), so that a prompt holding a tool's schema or a call's
  * arguments is the template's byte for byte; with an indent (Llama 3.1's tojson(indent=4)) each item on its own line, ","
  * after it, as Python writes it then. Numbers: whole ones as integers, others by the shortest digits that read
- * back (Python's repr); a whole number written 1.0 in the request comes out 1 (cJSON keeps no such difference). */
+ * back (Python's repr); a whole number written as a float (1.0; its reader marked it DT_JSON_FLOAT) as Python's float. */
 #include "dtrain/data.h"
+#include "io/json_text.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -31,19 +32,22 @@ static dt_status put_string(char **buf, size_t *len, size_t *cap, const char *s)
     return st ? st : put(buf, len, cap, "\"");
 }
 
-static dt_status put_number(char **buf, size_t *len, size_t *cap, double v) {
-    char s[40];
-    if (v == floor(v) && fabs(v) < 1e18) snprintf(s, sizeof s, "%.0f", v);
+/* v as Python writes an int (a whole number written so) or, marked DT_JSON_FLOAT, a float: repr's shortest digits
+ * that read back, a whole one below 1e16 with ".0" (1.0), from 1e16 on in exponent form (1e+16, 1.5e+17). */
+static dt_status put_number(char **buf, size_t *len, size_t *cap, double v, bool flt) {
+    char s[48];
+    bool whole = v == floor(v), exp = flt && whole && fabs(v) >= 1e16;
+    if (whole && !exp && fabs(v) < (flt ? 1e16 : 1e18)) snprintf(s, sizeof s, flt ? "%.0f.0" : "%.0f", v);
     else
-        for (int p = 1; p <= 17; p++) /* the shortest that reads back */
-            if (snprintf(s, sizeof s, "%.*g", p, v), strtod(s, NULL) == v) break;
+        for (int p = 1; p <= 17; p++) /* the shortest that reads back (%g: exponent form below 1e-4, as repr) */
+            if (snprintf(s, sizeof s, exp ? "%.*e" : "%.*g", exp ? p - 1 : p, v), strtod(s, NULL) == v) break;
     return put(buf, len, cap, s);
 }
 
 /* v as json.dumps(v, indent=indent) writes it at depth level (indent 0: on one line, ", " between items). */
 static dt_status tojson(const cJSON *v, int indent, int level, char **buf, size_t *len, size_t *cap) {
     if (cJSON_IsString(v)) return put_string(buf, len, cap, v->valuestring);
-    if (cJSON_IsNumber(v)) return put_number(buf, len, cap, v->valuedouble);
+    if (cJSON_IsNumber(v)) return put_number(buf, len, cap, v->valuedouble, v->type & DT_JSON_FLOAT);
     if (cJSON_IsBool(v)) return put(buf, len, cap, cJSON_IsTrue(v) ? "true" : "false");
     if (cJSON_IsNull(v)) return put(buf, len, cap, "null");
     bool object = cJSON_IsObject(v);

@@ -11,10 +11,10 @@
 
 #define MAGIC 0x31574f5254465344ull /* "DSFTROW1" */
 /* What a line makes (sft.c's rendering, tokenizing, cutting): a change to it changes this, so no older rows are read. */
-#define ROWS_VERSION 6 /* 2: a line with a NUL or text after its value is refused; 3: a line not UTF-8 is; 4: a chat's
+#define ROWS_VERSION 7 /* 2: a line with a NUL or text after its value is refused; 3: a line not UTF-8 is; 4: a chat's
                           * "tools" rendered (Qwen's templates; refused by the others); 5: Llama 3.1's tools too, and
                           * a conversational pair's earlier answers without Qwen 3's think block, as its template; 6: a
-                          * line's chat_template_kwargs */
+                          * line's chat_template_kwargs; 7: a number written as a float (1.0) rendered so by tojson */
 
 /* FNV-1a over bytes: whole words, then the tail in one zero-padded word. */
 static uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {

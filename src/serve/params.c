@@ -198,6 +198,7 @@ dt_status serve_params_parse(const char *body, size_t len, const serve_vocab *v,
                         (unsigned)(unsigned char)body[bad]);
     const char *end = NULL;
     cJSON *o = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (o) dt_json_mark_floats(o, body, (size_t)(end - body)); /* (a tool's 1.0 rendered as the template's tojson writes it) */
     while (o && end < body + len && isspace((unsigned char)*end)) end++;
     if (o && end < body + len && *end) { /* a second value, or text after the first: not one JSON object */
         cJSON_Delete(o);
