@@ -111,9 +111,9 @@ tools_run() { # NAME ARGS...: 2 steps of 2 completions of each prompt with the t
         --grpo-tools "cmd:tee -a $m/$name.calls | awk '{ print 5 }'" --reward "cmd:tee -a $m/$name.seen | awk '{ print length(\$0) % 3 }'" \
         --metrics "$m/$name.jsonl" "$@" > "$m/$name.out" 2>&1
 }
-want_call='{"name":"add","arguments":{"a":2,"b":3},"completion":[0-7]}'
+want_call='{"name": "add", "arguments": {"a": 2, "b": 3}, "completion": [0-7]}'
 # the completions' numbers of a run's calls: a completion that called in two rounds gives its number twice, the same
-numbers() { grep -o '"completion":[0-9]*' "$1" | cut -d: -f2 | sort -n | uniq -c | awk '{ printf "%s%dx%d", (NR > 1 ? " " : ""), $2, $1 }'; }
+numbers() { grep -o '"completion": [0-9]*' "$1" | cut -d' ' -f2 | sort -n | uniq -c | awk '{ printf "%s%dx%d", (NR > 1 ? " " : ""), $2, $1 }'; }
 turn='"tool_calls":[{"type":"function","function":{"name":"add","arguments":{"a":2,"b":3}}}]},{"role":"tool","name":"add","content":"5"},{"role":"assistant","content":"'
 if tools_run one --batch 4; then
     calls=$(grep -c . "$m/one.calls")
@@ -152,7 +152,7 @@ fi
 u="$dir/unoffered"
 if tool_model "$u" "$(dirname "$0")/fixtures" llama3_1 llama3_tokenizer.json llama3.1 "<|eot_id|>" 1 add; then
     m=$u tools_run plus --batch 4 --grpo-tool-turns 1
-    notfound='{"role":"tool","name":"add","content":"{\"error\":\"Tool add not found.\"}"}'
+    notfound='{"role":"tool","name":"add","content":"{\"error\": \"Tool add not found.\"}"}'
     n=$(grep -cF "$notfound" "$u/plus.seen" 2> /dev/null)
     [ "${n:-0}" -gt 0 ] && [ ! -s "$u/plus.calls" ] && [ "$(field tool_failures "$u/plus.jsonl" | sort -u)" = 1.0000 ] &&
         ok "--grpo-tools: $n completions' calls of add, which the prompt does not offer, answered 'Tool add not found.' (tool_failures 1), the program not run" ||

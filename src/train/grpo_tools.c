@@ -1,5 +1,6 @@
 /* The tools a GRPO rollout's completions call (--grpo-tools cmd:COMMAND), run by the user's program: started once a
- * round of calls (sh -c), it reads one JSON line a call, {"name": NAME, "arguments": {...}, "completion": K} (K the
+ * round of calls (sh -c), it reads one JSON line a call (as Python's json.dumps writes it: a float 2.0 stays one),
+ * {"name": NAME, "arguments": {...}, "completion": K} (K the
  * completion's number in the run, its prompt's place in the stream times the group plus its place in the group: the
  * same on every layout, so a program can keep each rollout's state by it), and writes one line a
  * call, the call's result as the model will read it (any text; TRL's str() of a tool's return), in order; a call
@@ -25,12 +26,9 @@ dt_status dt_grpo_tools_run(const char *spec, const cJSON *calls, char ***result
     char *in = NULL, *got = NULL, **out = calloc((size_t)n + 1, sizeof *out);
     size_t nin = 0, nout = 0, cap = 0;
     dt_status st = out ? DT_OK : dt_error(DT_ERR_NOMEM, "--grpo-tools: out of memory");
-    for (const cJSON *c = calls->child; !st && c; c = c->next) {
-        char *line = cJSON_PrintUnformatted(c);
-        st = line ? dt_chat_append(&in, &nin, &cap, line, strlen(line)) : dt_error(DT_ERR_NOMEM, "--grpo-tools: out of memory");
-        if (!st) st = dt_chat_append(&in, &nin, &cap, "\n", 1);
-        free(line);
-    }
+    /* each call as Python's json.dumps writes it (its arguments' floats kept: 2.0, as TRL hands a tool a float) */
+    for (const cJSON *c = calls->child; !st && c; c = c->next)
+        if (!(st = dt_chat_tojson(c, &in, &nin, &cap))) st = dt_chat_append(&in, &nin, &cap, "\n", 1);
     if (!st) st = dt_cmd_exchange("--grpo-tools", spec + 4, in, nin, &got, &nout);
     for (char *s = got; !st && s && *s;) {
         char *eol = strchr(s, '\n'), *next = eol ? eol + 1 : s + strlen(s);

@@ -120,11 +120,12 @@ static dt_status call_results(const cJSON *tools, const cJSON *calls, char **pro
         own[i] = NULL;
         if (offered(tools, call)) { texts[i++] = program[(*k)++]; continue; }
         const char *name = cJSON_GetObjectItemCaseSensitive(call, "name")->valuestring;
-        size_t n = strlen(name) + 20;
+        size_t n = strlen(name) + 20, len = 0, cap = 0;
         char *what = malloc(n);
         cJSON *e = what ? cJSON_CreateObject() : NULL;
         if (what) snprintf(what, n, "Tool %s not found.", name);
-        if (e && cJSON_AddStringToObject(e, "error", what)) own[i] = cJSON_PrintUnformatted(e);
+        /* (as json.dumps writes it: TRL writes the dict's str(), single quotes) */
+        if (e && cJSON_AddStringToObject(e, "error", what) && dt_chat_tojson(e, &own[i], &len, &cap)) free(own[i]), own[i] = NULL;
         cJSON_Delete(e), free(what);
         if (!own[i]) return dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
         texts[i] = own[i], i++;
