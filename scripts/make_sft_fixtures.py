@@ -21,6 +21,8 @@ Writes tests/fixtures/sft/:
                          its tokens) and rows of 128; a prompt case's "date_string" is the one it was rendered with (3.2's
                          own is today's)
   tool_suffix.json       what TRL's GRPOTrainer appends after an answer whose calls ran (tool_suffix_cases)
+  qwen3_grpo_tools.json  GRPO's prompts where tools run, by Qwen 3's training form as TRL's GRPOTrainer renders them
+                         (`make_sft_fixtures.py grpo_tools` writes this alone)
   packed.safetensors     packing=True (best-fit decreasing, max_length 64, TRL's padding-free collator): the weights, of
                          one batch of every packed row "loss" and "grad.<name>", and per row "ids.<k>", "labels.<k>",
                          "pos.<k>" (each example's positions from 0); "loss_unpacked": the same examples unpacked
@@ -422,6 +424,41 @@ def tool_suffix_cases():
     print(f"tool_suffix: {len(cases)} cases")
 
 
+def grpo_tool_prompt_cases():
+    """GRPO's prompts where tools run, as TRL's GRPOTrainer renders them: by the template's training form where the
+    template does not keep a conversation's prefix (Qwen 3's: every earlier answer with its think block, where the
+    template itself drops those before the last query), with the generation prompt (thinking on and off):
+    qwen3_grpo_tools.json, each case's messages, tools, enable_thinking, text and ids ("training": true)."""
+    import trl
+    from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
+    own = os.path.join(os.path.dirname(trl.__file__), "chat_templates")
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(OUT, "tokenizer.json"), eos_token="<|im_end|>")
+    tok.chat_template = open(os.path.join(own, "qwen3.jinja")).read()
+    assert not is_chat_template_prefix_preserving(tok)
+    generation, training = tok.chat_template, get_training_chat_template(tok)
+    prompts = [
+        [{"role": "user", "content": "2 + 3?"},
+         {"role": "assistant", "content": "", "reasoning_content": "Add them.", "tool_calls": [ADD]},
+         {"role": "tool", "content": "5"}, {"role": "assistant", "content": "5.", "reasoning_content": "It is 5."},
+         {"role": "user", "content": "And 3 + 4?"}],
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Yes?"},
+         {"role": "assistant", "content": "<think>\nShort.\n</think>\n\nYes."}, {"role": "user", "content": "Again?"}],
+    ]
+    cases, differ = [], 0
+    for m in prompts:
+        for think in (True, False):
+            kw = dict(tools=TOOLS, add_generation_prompt=True, enable_thinking=think)
+            text = tok.apply_chat_template(m, tokenize=False, chat_template=training, **kw)
+            differ += text != tok.apply_chat_template(m, tokenize=False, chat_template=generation, **kw)
+            ids = tok.apply_chat_template(m, tokenize=True, return_dict=True, chat_template=training, **kw)["input_ids"]
+            cases.append(dict(messages=m, tools=TOOLS, enable_thinking=think, training=True, text=text, ids=list(ids)))
+    assert differ == len(cases), "the training form renders these prompts as the template does"
+    with open(os.path.join(OUT, "qwen3_grpo_tools.json"), "w") as f:
+        json.dump({"chat_template": training, "tokenizer": "sft/tokenizer.json", "cases": cases}, f, indent=1)
+        f.write("\n")
+    print(f"qwen3_grpo_tools: {len(cases)} prompts by the training form")
+
+
 def template_cases(folder, names):
     """The templates' fixtures (qwen3, qwen2_5, qwen2, smollm2, llama3, llama3_1, llama3_2), those named or all."""
     llama = dict(tokenizer="sft/llama3_tokenizer.json", seq=128)
@@ -493,6 +530,9 @@ def main():
     if sys.argv[1:] == ["tool_suffix"]:
         tool_suffix_cases()
         return
+    if sys.argv[1:] == ["grpo_tools"]:
+        grpo_tool_prompt_cases()
+        return
     if sys.argv[1:2] == ["completion"]:
         with tempfile.TemporaryDirectory() as tmp:
             completion_cases(tmp, sys.argv[2:])
@@ -525,6 +565,7 @@ def main():
         template_cases(tmp, None)
         completion_cases(tmp, None)
     tool_suffix_cases()
+    grpo_tool_prompt_cases()
 
 
 if __name__ == "__main__":

@@ -97,6 +97,21 @@ printf '{"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user",
         "$dir/chat2.seen")" = 4 ] && [ "$(wc -l < "$dir/chat2.seen")" = 8 ] &&
     ok "conversational prompts by Llama 3.1's template (--chat-template-kwargs' date): 2 steps, the reward program reading their messages" ||
     fail "conversational prompts: $(tail -2 "$dir/chat2.out")"
+# with tools a prompt is rendered by the template's training form, as TRL's GRPOTrainer renders it then (Qwen 3's: an
+# earlier answer keeps its think block, which the template drops before the last query): test_sft holds its text
+mkdir -p "$dir/qtok" && cp "$(dirname "$0")/fixtures/sft/tokenizer.json" "$dir/qtok/tokenizer.json"
+printf '{"prompt": [{"role": "user", "content": "Yes?"}, {"role": "assistant", "content": "Yes."}, {"role": "user", "content": "Again?"}], "tools": []}\n' > "$dir/q3.jsonl"
+q3_run() { # NAME ARGS...: one step of Qwen 3's prompt from a random model
+    local name=$1
+    shift
+    "$DTRAIN" train --model llama-tiny --vocab 2000 --layers 1 --channels 32 --heads 2 --kv-heads 2 --ffn 64 --max-seq 96 --seq 96 \
+        --tokenizer "$dir/qtok/tokenizer.json" --chat-template qwen3 --grpo "$dir/q3.jsonl" --grpo-group 2 --reward contains:e \
+        --batch 2 --completion-tokens 4 --steps 1 --threads 1 "$@" > "$dir/$name.out" 2>&1
+}
+q3_run q3gen && q3_run q3tools --grpo-tools 'cmd:cat' && ! grep -qx '</think>' "$dir/q3gen.out" &&
+    [ "$(grep -A3 -x '<|im_start|>assistant' "$dir/q3tools.out" | grep -cx '</think>')" = 1 ] &&
+    ok "--grpo-tools: a prompt's earlier answer by Qwen 3's training form (its empty think block kept; without tools, dropped)" ||
+    fail "GRPO prompts' form with tools: $(grep -A4 'step 1, prompt' "$dir/q3tools.out" | head -8)"
 # ---- tools (--grpo-tools): a model fine-tuned on one chat that calls add twice (each result "5") and then answers
 # (Llama 3.1's template, its tools in the prompt's line) rolls out the calls; the program runs them (one {"name",
 # "arguments"} line in, a result line out), each result goes in as the template writes it and the completion goes on;

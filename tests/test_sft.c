@@ -350,7 +350,8 @@ static bool grpo_prompts_match(const cJSON *cases, dt_bpe *tok, dt_chat_kind cha
                     *text = cJSON_GetObjectItemCaseSensitive(c, "text");
         dt_chat_kwargs kw = { .thinking = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "enable_thinking")),
                               .date = cJSON_IsString(date) ? date->valuestring : NULL,
-                              .tools_in_system = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(c, "tools_in_user_message")) };
+                              .tools_in_system = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(c, "tools_in_user_message")),
+                              .training = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "training")) };
         dt_grpo_prompts gp = { 0 };
         ok = f && cJSON_IsString(text) && !dt_grpo_prompts_read(&gp, path, tok, chat, &kw, 4096) && gp.n == 1 &&
              !strcmp(gp.text[0], text->valuestring) && (!want || gp.len[0] == cJSON_GetArraySize(want));
@@ -363,6 +364,25 @@ static bool grpo_prompts_match(const cJSON *cases, dt_bpe *tok, dt_chat_kind cha
         (*n)++;
     }
     return ok && *n > 0;
+}
+
+/* GRPO's conversational prompts where tools run (sft/qwen3_grpo_tools.json): by Qwen 3's training form, as TRL's
+ * GRPOTrainer renders them then (every earlier answer with its think block), text and tokens. */
+static void check_grpo_training_prompts(const char *dir) {
+    char path[600], *text = NULL;
+    dt_bpe *tok = NULL;
+    snprintf(path, sizeof path, "%s/sft/qwen3_grpo_tools.json", dir);
+    dt_status st = dt_file_read_text(path, 1 << 20, &text, NULL);
+    cJSON *j = st ? NULL : dt_json_parse_whole(text);
+    snprintf(path, sizeof path, "%s/sft/tokenizer.json", dir);
+    if (!st) st = dt_bpe_load_json(path, &tok);
+    int n = 0;
+    bool ok = !st && grpo_prompts_match(cJSON_GetObjectItemCaseSensitive(j, "cases"), tok, DT_CHAT_QWEN3, &n);
+    check("GRPO's prompts with tools by Qwen 3's training form (each earlier answer's think block) are TRL's", ok && n == 4,
+          st ? dt_last_error() : NULL);
+    cJSON_Delete(j);
+    free(text);
+    dt_bpe_destroy(tok);
 }
 
 /* A template's fixtures (<name>_*): the kind its markers name; its chats' rows (by the fixture's tokenizer and rows'
@@ -400,8 +420,9 @@ static void check_template(const char *dir, const char *name, dt_chat_kind want,
     int k = 0, good = 0, ided = 0, same_ids = 0, tooled = 0;
     cJSON_ArrayForEach(c, cases) {
         const cJSON *want_text = cJSON_GetObjectItemCaseSensitive(c, "text"), *date = cJSON_GetObjectItemCaseSensitive(c, "date_string");
-        dt_chat_kwargs kw = { cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "enable_thinking")), cJSON_IsString(date) ? date->valuestring : NULL,
-                              cJSON_GetObjectItemCaseSensitive(c, "tools"), cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(c, "tools_in_user_message")) };
+        dt_chat_kwargs kw = { .thinking = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "enable_thinking")),
+                              .date = cJSON_IsString(date) ? date->valuestring : NULL, .tools = cJSON_GetObjectItemCaseSensitive(c, "tools"),
+                              .tools_in_system = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(c, "tools_in_user_message")) };
         tooled += kw.tools != NULL;
         char *got = NULL;
         size_t n = 0;
@@ -582,6 +603,7 @@ int main(int argc, char **argv) {
     check_template(dir, "llama3_2", DT_CHAT_LLAMA32, 5, 28);
     check_chat_completions(dir, "chatml", DT_CHAT_CHATML, "tokenizer.json", T, 2);
     check_tool_suffix(dir);
+    check_grpo_training_prompts(dir);
     check_chat_completions(dir, "qwen3", DT_CHAT_QWEN3, "tokenizer.json", TMAX - 1, 4);
     check_chat_completions(dir, "llama3_1", DT_CHAT_LLAMA31, "llama3_tokenizer.json", TMAX - 1, 4);
     /* each row's chat_template_kwargs: Qwen 3's thinking off, Llama 3.1's date and its tools in the system turn */

@@ -117,12 +117,16 @@ dt_status dt_chat_answer(const dt_chat_template *t, const char *content, const c
  * model thinks (Qwen 3's enable_thinking, true unless said) and the date a dated system turn names (Llama 3.1's
  * date_string; NULL: the template's own, which training writes; the server gives Llama 3.2's today's); and the tools
  * a model may call (a request's "tools", OpenAI's {"type": "function", "function": {...}} objects; NULL: none), and
- * whether Llama 3.1's tools go in its system turn (tools_in_user_message false; else in the first user message). */
+ * whether Llama 3.1's tools go in its system turn (tools_in_user_message false; else in the first user message); and
+ * whether a prompt's earlier answers are written as the template's training form writes them (Qwen 3's: each with its
+ * think block, where generation drops those before the last query; TRL's GRPO renders prompts so where tools run, as
+ * it needs a template that keeps a conversation's prefix). */
 typedef struct {
     bool thinking;
     const char *date;
     const struct cJSON *tools;
     bool tools_in_system;
+    bool training;
 } dt_chat_kwargs;
 /* Tool calls in a template (data/chat_tools.c: Qwen's; chat_tools_json.c: Llama 3.1's). Whether a request's or an
  * example's tools are any (a non-empty array); an error naming what where t renders no tool calls; the turns that

@@ -63,9 +63,10 @@ static dt_status system_turn(const dt_chat_template *t, const cJSON *messages, c
 }
 
 /* Message i (m, of n) by the template: its head, content (an answer's as dt_chat_answer writes it, with its tool
- * calls), end and what follows; a tool's result as dt_chat_tool_result. */
-static dt_status message(const dt_chat_template *t, const cJSON *messages, const cJSON *m, int i, int n, int last_query, char **buf,
-                         size_t *len, size_t *cap) {
+ * calls; training: with its think block whatever its place, as the training form writes it), end and what follows;
+ * a tool's result as dt_chat_tool_result. */
+static dt_status message(const dt_chat_template *t, const cJSON *messages, const cJSON *m, int i, int n, int last_query, bool training,
+                         char **buf, size_t *len, size_t *cap) {
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "role"), *c = cJSON_GetObjectItemCaseSensitive(m, "content");
     const char *role = cJSON_IsString(r) ? r->valuestring : "";
     const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *reasoning = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
@@ -87,7 +88,7 @@ static dt_status message(const dt_chat_template *t, const cJSON *messages, const
     dt_status st = calling && (!c || cJSON_IsNull(c)) ? dt_chat_append(&text, &tl, &tc, "", 0) : dt_chat_message_text(c, i, &text, &tl, &tc);
     if (!st && answer)
         st = dt_chat_answer(t, text ? text : "", cJSON_IsString(reasoning) ? reasoning->valuestring : NULL, calling ? calls : NULL, i,
-                            dt_chat_prompt_block(i, n, last_query), &answered);
+                            training ? DT_CHAT_BLOCK : dt_chat_prompt_block(i, n, last_query), &answered);
     if (!st && answered) a = answered, an = strlen(answered);
     else if (!st) dt_chat_content(t, text ? text : "", &a, &an);
     if (!st) st = dt_chat_append(buf, len, cap, head, strlen(head));
@@ -107,7 +108,7 @@ static dt_status render(const dt_chat_template *t, const cJSON *messages, const 
     int skip = 0;
     if (!st) st = system_turn(t, messages, kw, buf, len, cap, &skip);
     cJSON_ArrayForEach(m, messages) {
-        if (!st && i >= skip) st = message(t, messages, m, i, n, last_query, buf, len, cap);
+        if (!st && i >= skip) st = message(t, messages, m, i, n, last_query, kw->training, buf, len, cap);
         i++;
     }
     char head[96];

@@ -112,8 +112,10 @@ dt_status dt_train_setup_grpo(run *r) {
     if (!c->grpo.completion) c->grpo.completion = c->seq; /* dr_grpo's constant: the longest completion a row may hold */
     cJSON *kwj = NULL;
     dt_chat_kwargs kw;
-    if (!(st = open_tokenizer(r, gr)) && !(st = chat_kwargs(c, &kwj, &kw)))
+    if (!(st = open_tokenizer(r, gr)) && !(st = chat_kwargs(c, &kwj, &kw))) {
+        kw.training = c->grpo.tools != NULL; /* (with tools, TRL's GRPO renders by the training form: it keeps a prefix) */
         st = dt_grpo_prompts_read(&gr->prompts, c->grpo.prompts, gr->tok, gr->chat, &kw, gr->T);
+    }
     cJSON_Delete(kwj);
     const dt_chat_template *t = dt_chat_template_of(gr->chat);
     if (!st && c->grpo.tools && (!gr->tok || !t || !t->tools))
