@@ -200,6 +200,17 @@ LLAMA_TOOL_PROMPTS = [
     {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather?"}], "tools": TOOLS,
      "kwargs": {"tools_in_user_message": False}},
 ]
+# Llama 3.1's built-in tools (chat_template_kwargs' builtin_tools): named in its system turn (code_interpreter's name
+# left out), a call of one written <|python_tag|>NAME.call(ARG="VALUE"), every calling answer ending <|eom_id|>
+BRAVE = {"type": "function", "function": {"name": "brave_search", "arguments": {"query": "Menlo Park weather"}}}
+LLAMA31_BUILTIN_PROMPTS = [
+    {"messages": [{"role": "user", "content": "Weather in Menlo Park?"}], "kwargs": {"builtin_tools": ["brave_search", "wolfram_alpha"]}},
+    {"messages": [{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "Search, then add."},
+                  {"role": "assistant", "content": None, "tool_calls": [BRAVE]}, {"role": "tool", "content": "Sunny, 20 C"},
+                  {"role": "assistant", "content": None, "tool_calls": [ADD]}, {"role": "tool", "content": "5"},
+                  {"role": "assistant", "content": "Sunny; 5."}, {"role": "user", "content": "Thanks."}],
+     "tools": TOOLS, "kwargs": {"builtin_tools": ["brave_search", "code_interpreter"]}},
+]
 # Llama's chats: short (the fixture's small vocabulary spends many tokens on 3.1's system turn), a system message with
 # spaces around it (trimmed)
 LLAMA_CHATS = [
@@ -347,6 +358,14 @@ TOOL_COMPLETIONS = [
 # Qwen 3's generation prompt with thinking off ends in an empty think block, Llama 3.1's system turn takes the date and,
 # with tools_in_user_message false, the tools (a data set's rows share one set of keys: Arrow makes them one struct)
 QWEN3_KWARGS = {"enable_thinking": False}
+# Llama 3.1's built-in tools: a completion that calls one (its call and <|eom_id|> scored), and an answer after its result
+BUILTIN_KWARGS = {"builtin_tools": ["brave_search", "wolfram_alpha"]}
+BUILTIN_COMPLETIONS = [
+    {"prompt": [{"role": "user", "content": "Weather in Menlo Park?"}],
+     "completion": [{"role": "assistant", "content": None, "tool_calls": [BRAVE]}], "tools": TOOLS},
+    {"prompt": [{"role": "user", "content": "Weather in Menlo Park?"}, {"role": "assistant", "content": None, "tool_calls": [BRAVE]},
+                {"role": "tool", "content": "Sunny"}], "completion": [{"role": "assistant", "content": "Sunny."}], "tools": json.dumps(TOOLS)},
+]
 LLAMA31_KWARGS = {"date_string": "07 Dec 2026", "tools_in_user_message": False}
 
 
@@ -362,7 +381,9 @@ def completion_cases(folder, names):
              "qwen3_kwargs": (open(os.path.join(own, "qwen3.jinja")).read(), "sft/tokenizer.json",
                               [dict(r, chat_template_kwargs=QWEN3_KWARGS) for r in CHAT_COMPLETIONS + TOOL_COMPLETIONS], 1023),
              "llama3_1_kwargs": (open(os.path.join(own, "llama3_1.jinja")).read(), "sft/llama3_tokenizer.json",
-                                 [dict(r, chat_template_kwargs=LLAMA31_KWARGS) for r in CHAT_COMPLETIONS + TOOL_COMPLETIONS], 1023)}
+                                 [dict(r, chat_template_kwargs=LLAMA31_KWARGS) for r in CHAT_COMPLETIONS + TOOL_COMPLETIONS], 1023),
+             "llama3_1_builtin": (open(os.path.join(own, "llama3_1.jinja")).read(), "sft/llama3_tokenizer.json",
+                                  [dict(r, chat_template_kwargs=BUILTIN_KWARGS) for r in CHAT_COMPLETIONS + BUILTIN_COMPLETIONS], 1023)}
     for name in names or cases:
         template, tokf, rows, seq = cases[name]
         llama = "llama3" in tokf
@@ -471,8 +492,8 @@ def template_cases(folder, names):
         "qwen2_5": lambda: template_case(folder, OUT, "qwen2_5", QWEN25_CHATS + TOOL_CHATS, QWEN25_PROMPTS + TOOL_PROMPTS, seq=1023),
         "llama3": lambda: template_case(folder, OUT, "llama3", LLAMA_CHATS, LLAMA_PROMPTS, **llama),
         # (rows of 1024 for the chats with tools)
-        "llama3_1": lambda: template_case(folder, OUT, "llama3_1", LLAMA_CHATS + LLAMA_TOOL_CHATS, LLAMA_PROMPTS + LLAMA_TOOL_PROMPTS,
-                                          training=LLAMA31_TRAINING, dates=(None, "01 Jan 2025"), **dict(llama, seq=1023)),
+        "llama3_1": lambda: template_case(folder, OUT, "llama3_1", LLAMA_CHATS + LLAMA_TOOL_CHATS,
+                                          LLAMA_PROMPTS + LLAMA_TOOL_PROMPTS + LLAMA31_BUILTIN_PROMPTS, training=LLAMA31_TRAINING, dates=(None, "01 Jan 2025"), **dict(llama, seq=1023)),
         # 3.2's own date is today's: every prompt names one
         "llama3_2": lambda: template_case(folder, OUT, "llama3_2", LLAMA_CHATS + LLAMA_TOOL_CHATS, LLAMA_PROMPTS + LLAMA_TOOL_PROMPTS,
                                           training=LLAMA31_TRAINING, dates=("26 Jul 2024", "01 Jan 2025"), **dict(llama, seq=1023)),

@@ -311,6 +311,8 @@ static bool request_ids_match(const cJSON *c, dt_bpe *tok, dt_chat_kind chat) {
     if (cJSON_IsString(date)) cJSON_AddStringToObject(kw, "date_string", date->valuestring);
     const cJSON *in_user = cJSON_GetObjectItemCaseSensitive(c, "tools_in_user_message");
     if (in_user) cJSON_AddBoolToObject(kw, "tools_in_user_message", cJSON_IsTrue(in_user));
+    const cJSON *builtin = cJSON_GetObjectItemCaseSensitive(c, "builtin_tools");
+    if (builtin) cJSON_AddItemToObject(kw, "builtin_tools", cJSON_Duplicate(builtin, 1));
     cJSON_AddItemToObject(req, "chat_template_kwargs", kw);
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(c, "tools"); /* (a request's own field, as OpenAI's API has it) */
     if (tools) cJSON_AddItemToObject(req, "tools", cJSON_Duplicate(tools, 1));
@@ -351,7 +353,8 @@ static bool grpo_prompts_match(const cJSON *cases, dt_bpe *tok, dt_chat_kind cha
         dt_chat_kwargs kw = { .thinking = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "enable_thinking")),
                               .date = cJSON_IsString(date) ? date->valuestring : NULL,
                               .tools_in_system = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(c, "tools_in_user_message")),
-                              .training = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "training")) };
+                              .training = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "training")),
+                              .builtin = cJSON_GetObjectItemCaseSensitive(c, "builtin_tools") };
         dt_grpo_prompts gp = { 0 };
         ok = f && cJSON_IsString(text) && !dt_grpo_prompts_read(&gp, path, tok, chat, &kw, 4096) && gp.n == 1 &&
              !strcmp(gp.text[0], text->valuestring) && (!want || gp.len[0] == cJSON_GetArraySize(want));
@@ -422,8 +425,9 @@ static void check_template(const char *dir, const char *name, dt_chat_kind want,
         const cJSON *want_text = cJSON_GetObjectItemCaseSensitive(c, "text"), *date = cJSON_GetObjectItemCaseSensitive(c, "date_string");
         dt_chat_kwargs kw = { .thinking = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "enable_thinking")),
                               .date = cJSON_IsString(date) ? date->valuestring : NULL, .tools = cJSON_GetObjectItemCaseSensitive(c, "tools"),
-                              .tools_in_system = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(c, "tools_in_user_message")) };
-        tooled += kw.tools != NULL;
+                              .tools_in_system = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(c, "tools_in_user_message")),
+                              .builtin = cJSON_GetObjectItemCaseSensitive(c, "builtin_tools") };
+        tooled += kw.tools != NULL || kw.builtin;
         char *got = NULL;
         size_t n = 0;
         if (st || !cJSON_IsString(want_text)) break;
@@ -599,7 +603,7 @@ int main(int argc, char **argv) {
     check_template(dir, "qwen2", DT_CHAT_QWEN2, 4, 6);
     check_template(dir, "smollm2", DT_CHAT_SMOLLM2, 4, 6);
     check_template(dir, "llama3", DT_CHAT_LLAMA3, 3, 6);
-    check_template(dir, "llama3_1", DT_CHAT_LLAMA31, 5, 28);
+    check_template(dir, "llama3_1", DT_CHAT_LLAMA31, 5, 36);
     check_template(dir, "llama3_2", DT_CHAT_LLAMA32, 5, 28);
     check_chat_completions(dir, "chatml", DT_CHAT_CHATML, "tokenizer.json", T, 2);
     check_tool_suffix(dir);
@@ -609,6 +613,8 @@ int main(int argc, char **argv) {
     /* each row's chat_template_kwargs: Qwen 3's thinking off, Llama 3.1's date and its tools in the system turn */
     check_chat_completions(dir, "qwen3_kwargs", DT_CHAT_QWEN3, "tokenizer.json", TMAX - 1, 4);
     check_chat_completions(dir, "llama3_1_kwargs", DT_CHAT_LLAMA31, "llama3_tokenizer.json", TMAX - 1, 4);
+    /* Llama 3.1's built-in tools: a call of one (<|python_tag|>NAME.call(...)<|eom_id|>) scored, a custom one ending so too */
+    check_chat_completions(dir, "llama3_1_builtin", DT_CHAT_LLAMA31, "llama3_tokenizer.json", TMAX - 1, 4);
     check_today();
     grpo_refused(dir, "refused: a GRPO conversational prompt without a chat template (its line named)",
                  "{\"prompt\": \"a text\"}\n{\"prompt\": [{\"role\": \"user\", \"content\": \"Hi\"}]}\n", DT_CHAT_NONE,
@@ -626,6 +632,12 @@ int main(int argc, char **argv) {
     refused(dir, "refused: a line's chat_template_kwargs of a key no template here reads",
             "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}], "
             "\"chat_template_kwargs\": {\"add_vision_id\": true}}", DT_CHAT_QWEN3, "\"chat_template_kwargs\" holds 'add_vision_id'");
+    refused(dir, "refused: built-in tools for a template without them (Qwen 3's)",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}], "
+            "\"chat_template_kwargs\": {\"builtin_tools\": [\"brave_search\"]}}", DT_CHAT_QWEN3, "has no built-in tools (Llama 3.1's has)");
+    refused(dir, "refused: builtin_tools that are not a list of names",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}], "
+            "\"chat_template_kwargs\": {\"builtin_tools\": \"brave_search\"}}", DT_CHAT_QWEN3, "holds 'builtin_tools'");
     refused(dir, "refused: chat_template_kwargs beside a text prompt and completion",
             "{\"prompt\": \"a\", \"completion\": \"b\", \"chat_template_kwargs\": {\"enable_thinking\": false}}", DT_CHAT_QWEN3,
             "\"chat_template_kwargs\" go to a chat template");

@@ -94,12 +94,14 @@ dt_status dt_chat_kind_of_template(const char *jinja, const char *where, dt_chat
  * the newline that ends an answer's head (Qwen 2.5's); which tool calls it renders (DT_CHAT_TOOLS_HERMES, Qwen 2.5's
  * and 3's: the tools in its system turn, an answer's calls as <tool_call> JSON, the tools' results as <tool_response>
  * in a user turn; DT_CHAT_TOOLS_JSON, Llama 3.1's and 3.2's: the tools in the first user message, or the system turn,
- * an answer's one call as a JSON object, a tool's result in an ipython turn; 0: none). */
+ * an answer's one call as a JSON object, a tool's result in an ipython turn; 0: none); whether it takes built-in
+ * tools (Llama 3.1's builtin_tools: named in its system turn, called as <|python_tag|>NAME.call(ARG="VALUE"), an answer
+ * that calls ending with <|eom_id|>). */
 enum { DT_CHAT_TOOLS_HERMES = 1, DT_CHAT_TOOLS_JSON };
 typedef struct {
     const char *kind, *name;
     const char *begin, *head, *end, *after, *no_think, *default_system, *preamble, *date;
-    int today, trim, after_scored, head_nl_scored, tools;
+    int today, trim, after_scored, head_nl_scored, tools, builtin;
 } dt_chat_template;
 const dt_chat_template *dt_chat_template_of(dt_chat_kind k);
 /* A message's content as the template writes it ([*start, *start + *n) of c). */
@@ -108,11 +110,11 @@ void dt_chat_content(const dt_chat_template *t, const char *c, const char **star
  * in Qwen 3's (t->no_think set) the reasoning (given, or the content's part before "</think>", after "<think>") taken
  * out of the content and, where block is DT_CHAT_BLOCK or DT_CHAT_BLOCK_IF_REASONING with a reasoning, written before
  * it as "<think>\nREASONING\n</think>\n\n"; then its tool calls (calls: OpenAI's tool_calls; NULL or empty: none;
- * dt_chat_tool_calls). */
+ * dt_chat_tool_calls; builtin: Llama 3.1's built-in tools' names, NULL: none given). */
 enum { DT_CHAT_NO_BLOCK, DT_CHAT_BLOCK, DT_CHAT_BLOCK_IF_REASONING };
 struct cJSON;
-dt_status dt_chat_answer(const dt_chat_template *t, const char *content, const char *reasoning, const struct cJSON *calls, int i, int block,
-                         char **out);
+dt_status dt_chat_answer(const dt_chat_template *t, const char *content, const char *reasoning, const struct cJSON *calls,
+                         const struct cJSON *builtin, int i, int block, char **out);
 /* What a generation prompt may be asked (chat_template_kwargs, as vLLM's server and TRL take them): whether a thinking
  * model thinks (Qwen 3's enable_thinking, true unless said) and the date a dated system turn names (Llama 3.1's
  * date_string; NULL: the template's own, which training writes; the server gives Llama 3.2's today's); and the tools
@@ -120,14 +122,20 @@ dt_status dt_chat_answer(const dt_chat_template *t, const char *content, const c
  * whether Llama 3.1's tools go in its system turn (tools_in_user_message false; else in the first user message); and
  * whether a prompt's earlier answers are written as the template's training form writes them (Qwen 3's: each with its
  * think block, where generation drops those before the last query; TRL's GRPO renders prompts so where tools run, as
- * it needs a template that keeps a conversation's prefix). */
+ * it needs a template that keeps a conversation's prefix); Llama 3.1's builtin_tools (a list of names, NULL: not
+ * given). */
 typedef struct {
     bool thinking;
     const char *date;
     const struct cJSON *tools;
     bool tools_in_system;
     bool training;
+    const struct cJSON *builtin;
 } dt_chat_kwargs;
+/* What ends an answer's turn: t's end, or with built-in tools given (kw->builtin) an answer that calls <|eom_id|>
+ * (Llama 3.1's: the model goes on after the results); an error where kw names built-in tools t has none of. */
+const char *dt_chat_answer_end(const dt_chat_template *t, const dt_chat_kwargs *kw, bool calling);
+dt_status dt_chat_builtin_check(const dt_chat_template *t, const dt_chat_kwargs *kw);
 /* Tool calls in a template (data/chat_tools.c: Qwen's; chat_tools_json.c: Llama 3.1's). Whether a request's or an
  * example's tools are any (a non-empty array); an error naming what where t renders no tool calls; the turns that
  * hold kw->tools, written before a chat's messages (Qwen's: the system turn, the chat's system message or t's default
@@ -143,8 +151,8 @@ bool dt_chat_has_tools(const struct cJSON *tools);
 const struct cJSON *dt_chat_line_tools(const struct cJSON *line, struct cJSON **parsed, bool *bad);
 dt_status dt_chat_tools_check(const dt_chat_template *t, const char *what);
 dt_status dt_chat_tools_turn(const dt_chat_template *t, const struct cJSON *messages, const dt_chat_kwargs *kw, char **out, int *used);
-dt_status dt_chat_tool_calls(const dt_chat_template *t, const char *content, const struct cJSON *calls, int i, char **buf, size_t *len,
-                             size_t *cap);
+dt_status dt_chat_tool_calls(const dt_chat_template *t, const char *content, const struct cJSON *calls, const struct cJSON *builtin, int i,
+                             char **buf, size_t *len, size_t *cap);
 dt_status dt_chat_tool_result(const dt_chat_template *t, const struct cJSON *messages, const struct cJSON *m, int i, char **out);
 /* What follows an answer's end of turn when its calls have run, as TRL's GRPOTrainer appends it: what t writes after
  * an end of turn, the results (results: {"role": "tool", "content"} messages) as t writes them, and the assistant's
@@ -163,11 +171,11 @@ size_t dt_chat_calls_text(int form, const char *text, size_t n);
  * last_query: dt_chat_last_query's). */
 int dt_chat_prompt_block(int i, int n, int last_query);
 /* The system turn t writes before a chat's messages, whole (its head, content, end and what follows) into *out (the
- * caller frees; NULL: none, the messages as they are): with a preamble (Llama 3.1's) always, the preamble with date
- * (NULL: the template's own, as training renders it; at most 63 bytes) and the chat's system message (system: the
- * first message's content where its role is system, NULL where not), which the caller then does not write again;
- * else t's default system text where system is NULL. */
-dt_status dt_chat_system_turn(const dt_chat_template *t, const char *system, const char *date, char **out);
+ * caller frees; NULL: none, the messages as they are): with a preamble (Llama 3.1's) always, the preamble with kw's
+ * date (NULL: the template's own, as training renders it; at most 63 bytes), after kw's built-in tools where given,
+ * and the chat's system message (system: the first message's content where its role is system, NULL where not),
+ * which the caller then does not write again; else t's default system text where system is NULL. */
+dt_status dt_chat_system_turn(const dt_chat_template *t, const char *system, const dt_chat_kwargs *kw, char **out);
 /* Today's date as Llama 3.2's template writes it (strftime's "%d %b %Y", local time) into buf. */
 void dt_chat_today(char buf[32]);
 struct cJSON;
@@ -179,8 +187,8 @@ struct cJSON;
  * tools, a tool's message or an answer's calls where t renders none are refused. */
 dt_status dt_chat_prompt(const dt_chat_template *t, const struct cJSON *messages, const dt_chat_kwargs *kw, char **out, size_t *len);
 /* chat_template_kwargs o (an object; NULL or null: none) into *kw: enable_thinking (true or false), date_string (a
- * text of at most 63 bytes, kw->date pointing into o) and tools_in_user_message (true or false); anything else is an
- * error saying what it holds. */
+ * text of at most 63 bytes, kw->date pointing into o), tools_in_user_message (true or false) and builtin_tools (a list
+ * of names, kw->builtin pointing into o); anything else is an error saying what it holds. */
 dt_status dt_chat_kwargs_read(const struct cJSON *o, dt_chat_kwargs *kw);
 /* A JSON value as a template's tojson writes it (Python's json.dumps: ", " and ": " between, text beyond ASCII as it
  * is), appended to a growing text as dt_chat_append (data/chat_tojson.c). */

@@ -55,7 +55,7 @@ static dt_status system_turn(const dt_chat_template *t, const cJSON *messages, c
     bool system0 = cJSON_IsString(r0) && (!strcmp(r0->valuestring, "system") || !strcmp(r0->valuestring, "developer"));
     /* (its text matters only to a template that writes it into its own turn; the others write it as any message) */
     dt_status st = system0 && t->preamble ? dt_chat_message_text(cJSON_GetObjectItemCaseSensitive(m0, "content"), 0, &sys0, &n0, &c0) : DT_OK;
-    if (!st) st = dt_chat_system_turn(t, system0 ? (sys0 ? sys0 : "") : NULL, kw->date, &sys);
+    if (!st) st = dt_chat_system_turn(t, system0 ? (sys0 ? sys0 : "") : NULL, kw, &sys);
     if (!st && sys) st = dt_chat_append(buf, len, cap, sys, strlen(sys));
     *skip = system0 && sys && t->preamble;
     free(sys0), free(sys);
@@ -65,8 +65,8 @@ static dt_status system_turn(const dt_chat_template *t, const cJSON *messages, c
 /* Message i (m, of n) by the template: its head, content (an answer's as dt_chat_answer writes it, with its tool
  * calls; training: with its think block whatever its place, as the training form writes it), end and what follows;
  * a tool's result as dt_chat_tool_result. */
-static dt_status message(const dt_chat_template *t, const cJSON *messages, const cJSON *m, int i, int n, int last_query, bool training,
-                         char **buf, size_t *len, size_t *cap) {
+static dt_status message(const dt_chat_template *t, const cJSON *messages, const cJSON *m, int i, int n, int last_query,
+                         const dt_chat_kwargs *kw, char **buf, size_t *len, size_t *cap) {
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "role"), *c = cJSON_GetObjectItemCaseSensitive(m, "content");
     const char *role = cJSON_IsString(r) ? r->valuestring : "";
     const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *reasoning = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
@@ -87,13 +87,14 @@ static dt_status message(const dt_chat_template *t, const cJSON *messages, const
     /* (an answer that calls tools may have no content: OpenAI's null) */
     dt_status st = calling && (!c || cJSON_IsNull(c)) ? dt_chat_append(&text, &tl, &tc, "", 0) : dt_chat_message_text(c, i, &text, &tl, &tc);
     if (!st && answer)
-        st = dt_chat_answer(t, text ? text : "", cJSON_IsString(reasoning) ? reasoning->valuestring : NULL, calling ? calls : NULL, i,
-                            training ? DT_CHAT_BLOCK : dt_chat_prompt_block(i, n, last_query), &answered);
+        st = dt_chat_answer(t, text ? text : "", cJSON_IsString(reasoning) ? reasoning->valuestring : NULL, calling ? calls : NULL,
+                            kw->builtin, i, kw->training ? DT_CHAT_BLOCK : dt_chat_prompt_block(i, n, last_query), &answered);
     if (!st && answered) a = answered, an = strlen(answered);
     else if (!st) dt_chat_content(t, text ? text : "", &a, &an);
     if (!st) st = dt_chat_append(buf, len, cap, head, strlen(head));
     if (!st) st = dt_chat_append(buf, len, cap, a, an);
-    if (!st) st = dt_chat_append(buf, len, cap, t->end, strlen(t->end));
+    const char *end = dt_chat_answer_end(t, kw, calling);
+    if (!st) st = dt_chat_append(buf, len, cap, end, strlen(end));
     if (!st) st = dt_chat_append(buf, len, cap, t->after, strlen(t->after));
     free(text), free(answered);
     return st;
@@ -108,7 +109,7 @@ static dt_status render(const dt_chat_template *t, const cJSON *messages, const 
     int skip = 0;
     if (!st) st = system_turn(t, messages, kw, buf, len, cap, &skip);
     cJSON_ArrayForEach(m, messages) {
-        if (!st && i >= skip) st = message(t, messages, m, i, n, last_query, kw->training, buf, len, cap);
+        if (!st && i >= skip) st = message(t, messages, m, i, n, last_query, kw, buf, len, cap);
         i++;
     }
     char head[96];
@@ -116,6 +117,14 @@ static dt_status render(const dt_chat_template *t, const cJSON *messages, const 
     if (!st) st = dt_chat_append(buf, len, cap, head, strlen(head));
     if (!st && t->no_think && !kw->thinking) st = dt_chat_append(buf, len, cap, t->no_think, strlen(t->no_think));
     return st;
+}
+
+/* Whether a is a list of texts (built-in tools' names). */
+static bool names(const cJSON *a) {
+    const cJSON *x;
+    if (!cJSON_IsArray(a)) return false;
+    cJSON_ArrayForEach(x, a) if (!cJSON_IsString(x)) return false;
+    return true;
 }
 
 dt_status dt_chat_kwargs_read(const cJSON *o, dt_chat_kwargs *kw) {
@@ -126,9 +135,10 @@ dt_status dt_chat_kwargs_read(const cJSON *o, dt_chat_kwargs *kw) {
         if (!strcmp(f->string, "enable_thinking") && cJSON_IsBool(f)) kw->thinking = cJSON_IsTrue(f);
         else if (!strcmp(f->string, "date_string") && cJSON_IsString(f) && strlen(f->valuestring) < 64) kw->date = f->valuestring;
         else if (!strcmp(f->string, "tools_in_user_message") && cJSON_IsBool(f)) kw->tools_in_system = cJSON_IsFalse(f);
+        else if (!strcmp(f->string, "builtin_tools") && names(f)) kw->builtin = f;
         else
-            return dt_error(DT_ERR_ARG, "holds '%s': enable_thinking (true or false), date_string (a text of at most 63 bytes) and "
-                            "tools_in_user_message (true or false) are read, nothing else", f->string);
+            return dt_error(DT_ERR_ARG, "holds '%s': enable_thinking (true or false), date_string (a text of at most 63 bytes), "
+                            "tools_in_user_message (true or false) and builtin_tools (a list of names) are read, nothing else", f->string);
     }
     return DT_OK;
 }
@@ -140,7 +150,8 @@ dt_status dt_chat_prompt(const dt_chat_template *t, const cJSON *messages, const
         return dt_error(DT_ERR_ARG, "'messages' must be a non-empty array of {\"role\", \"content\"} objects");
     char *buf = NULL;
     size_t n = 0, cap = 0;
-    dt_status st = render(t, messages, kw, &buf, &n, &cap);
+    dt_status st = dt_chat_builtin_check(t, kw);
+    if (!st) st = render(t, messages, kw, &buf, &n, &cap);
     if (st) free(buf);
     else *out = buf, *len = n;
     return st;

@@ -20,6 +20,7 @@
  *           date, so that a data set tokenizes alike every day (TRL has no training form of either: scored as Llama 3).
  *           With tools (chat_tools_json.c) their JSON calls; Qwen 2.5's and 3's Hermes calls (chat_tools.c).
  * Which one a model has: its tokenizer_config.json's chat_template, recognised by its markers. */
+#include "chat_tools_internal.h"
 #include "dtrain/data.h"
 #include "dtrain/io.h"
 
@@ -46,7 +47,8 @@ static const dt_chat_template templates[] = {
                         .no_think = "<think>\n\n</think>\n\n", .after_scored = 1, .tools = DT_CHAT_TOOLS_HERMES },
     [DT_CHAT_QWEN25] = { .kind = "qwen2.5", .name = "Qwen 2.5", CHATML_PIECES, .default_system = QWEN25_SYSTEM, .after_scored = 1,
                          .head_nl_scored = 1, .tools = DT_CHAT_TOOLS_HERMES },
-    [DT_CHAT_LLAMA31] = { .kind = "llama3.1", .name = "Llama 3.1", LLAMA3_PIECES, .preamble = LLAMA31_PREAMBLE, .date = LLAMA31_DATE, .tools = DT_CHAT_TOOLS_JSON },
+    [DT_CHAT_LLAMA31] = { .kind = "llama3.1", .name = "Llama 3.1", LLAMA3_PIECES, .preamble = LLAMA31_PREAMBLE, .date = LLAMA31_DATE, .tools = DT_CHAT_TOOLS_JSON,
+                          .builtin = 1 },
     [DT_CHAT_LLAMA32] = { .kind = "llama3.2", .name = "Llama 3.2", LLAMA3_PIECES, .preamble = LLAMA31_PREAMBLE, .date = LLAMA31_DATE, .today = 1, .tools = DT_CHAT_TOOLS_JSON },
     [DT_CHAT_QWEN2] = { .kind = "qwen2", .name = "Qwen 2", CHATML_PIECES, .default_system = QWEN2_SYSTEM },
     [DT_CHAT_SMOLLM2] = { .kind = "smollm2", .name = "SmolLM2", CHATML_PIECES, .default_system = SMOLLM2_SYSTEM },
@@ -123,8 +125,8 @@ static const char *last_in(const char *a, const char *b, const char *needle) {
     return found;
 }
 
-dt_status dt_chat_answer(const dt_chat_template *t, const char *content, const char *reasoning, const cJSON *calls, int i, int block,
-                         char **out) {
+dt_status dt_chat_answer(const dt_chat_template *t, const char *content, const char *reasoning, const cJSON *calls, const cJSON *builtin,
+                         int i, int block, char **out) {
     const char *c = content, *ce = content + strlen(content), *r = "", *re = r;
     if (!t->no_think) {
         size_t n;
@@ -150,7 +152,7 @@ dt_status dt_chat_answer(const dt_chat_template *t, const char *content, const c
     if (with) snprintf(o, n + 1, "<think>\n%.*s\n</think>\n\n%.*s", (int)(re - r), r, (int)(ce - c), c);
     else memcpy(o, c, (size_t)(ce - c)), o[ce - c] = 0;
     size_t len = n, cap = n + 1;
-    dt_status st = dt_chat_has_tools(calls) ? dt_chat_tool_calls(t, content, calls, i, &o, &len, &cap) : DT_OK;
+    dt_status st = dt_chat_has_tools(calls) ? dt_chat_tool_calls(t, content, calls, builtin, i, &o, &len, &cap) : DT_OK;
     if (st) free(o), o = NULL;
     *out = o;
     return st;
@@ -174,21 +176,33 @@ int dt_chat_last_query(const cJSON *messages) {
     return n - 1;
 }
 
-dt_status dt_chat_system_turn(const dt_chat_template *t, const char *system, const char *date, char **out) {
+dt_status dt_chat_system_turn(const dt_chat_template *t, const char *system, const dt_chat_kwargs *kw, char **out) {
     *out = NULL;
     if (!t->preamble && (system || !t->default_system)) return DT_OK;
     const char *c = t->preamble ? "" : t->default_system;
-    size_t n = strlen(c);
+    size_t n = strlen(c), len = 0, cap = 0;
     if (system) dt_chat_content(t, system, &c, &n);
-    char head[96], pre[160] = "";
+    char head[96], pre[160] = "", *o = NULL;
     snprintf(head, sizeof head, t->head, "system");
-    if (t->preamble) snprintf(pre, sizeof pre, t->preamble, date ? date : t->date);
-    size_t len = strlen(head) + strlen(pre) + n + strlen(t->end) + strlen(t->after);
-    char *o = malloc(len + 1);
-    if (!o) return dt_error(DT_ERR_NOMEM, "out of memory for a chat's system turn");
-    snprintf(o, len + 1, "%s%s%.*s%s%s", head, pre, (int)n, c, t->end, t->after);
+    if (t->preamble) snprintf(pre, sizeof pre, t->preamble, kw && kw->date ? kw->date : t->date);
+    dt_status st = dt_chat_append(&o, &len, &cap, head, strlen(head));
+    if (!st && kw && kw->builtin) st = dt_chat_builtin_line(kw->builtin, &o, &len, &cap);
+    if (!st) st = dt_chat_append(&o, &len, &cap, pre, strlen(pre));
+    if (!st) st = dt_chat_append(&o, &len, &cap, c, n);
+    if (!st) st = dt_chat_append(&o, &len, &cap, t->end, strlen(t->end));
+    if (!st) st = dt_chat_append(&o, &len, &cap, t->after, strlen(t->after));
+    if (st) free(o), o = NULL;
     *out = o;
-    return DT_OK;
+    return st;
+}
+
+const char *dt_chat_answer_end(const dt_chat_template *t, const dt_chat_kwargs *kw, bool calling) {
+    return calling && kw && kw->builtin && t->builtin ? "<|eom_id|>" : t->end;
+}
+
+dt_status dt_chat_builtin_check(const dt_chat_template *t, const dt_chat_kwargs *kw) {
+    if (!kw || !kw->builtin || t->builtin) return DT_OK;
+    return dt_error(DT_ERR_ARG, "chat_template_kwargs' builtin_tools: the %s template has no built-in tools (Llama 3.1's has)", t->name);
 }
 
 void dt_chat_today(char buf[32]) {

@@ -99,12 +99,12 @@ static bool has_content(const dt_chat_template *t, const char *text) {
     return *c != 0;
 }
 
-dt_status dt_chat_tool_calls(const dt_chat_template *t, const char *content, const cJSON *calls, int i, char **buf, size_t *len,
-                             size_t *cap) {
+dt_status dt_chat_tool_calls(const dt_chat_template *t, const char *content, const cJSON *calls, const cJSON *builtin, int i, char **buf,
+                             size_t *len, size_t *cap) {
     char what[40];
     snprintf(what, sizeof what, "'messages' [%d]", i);
     dt_status st = dt_chat_tools_check(t, what);
-    if (!st && t->tools == DT_CHAT_TOOLS_JSON) return dt_chat_json_tool_call(calls, i, buf, len, cap);
+    if (!st && t->tools == DT_CHAT_TOOLS_JSON) return dt_chat_json_tool_call(calls, builtin, i, buf, len, cap);
     bool newline = has_content(t, content);
     int k = 0;
     for (const cJSON *c = calls->child; !st && c; c = c->next, k++) {

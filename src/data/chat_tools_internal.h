@@ -16,8 +16,12 @@ dt_status dt_chat_call_parts(const struct cJSON *call, int i, int k, const char 
  * the tools go with (NULL: none, an error; at index i) into *out; *with_user whether user was written. */
 dt_status dt_chat_json_tools_turn(const dt_chat_template *t, const struct cJSON *tools, const char *system, const struct cJSON *user,
                                   int i, const dt_chat_kwargs *kw, char **out, bool *with_user);
-/* An answer's one call as Llama 3.1 writes it, {"name": NAME, "parameters": ARGS}, replacing the text so far. */
-dt_status dt_chat_json_tool_call(const struct cJSON *calls, int i, char **buf, size_t *len, size_t *cap);
+/* An answer's one call as Llama 3.1 writes it, {"name": NAME, "parameters": ARGS}, or a built-in tool's (its name in
+ * builtin) <|python_tag|>NAME.call(ARG="VALUE", ...), replacing the text so far. */
+dt_status dt_chat_json_tool_call(const struct cJSON *calls, const struct cJSON *builtin, int i, char **buf, size_t *len, size_t *cap);
+/* Llama 3.1's system turn's opening with built-in tools: "Environment: ipython", then "Tools: " and their names but
+ * code_interpreter's, appended. */
+dt_status dt_chat_builtin_line(const struct cJSON *builtin, char **buf, size_t *len, size_t *cap);
 /* A tool's result (message m, at i) as an ipython turn, its content as tojson writes it. */
 dt_status dt_chat_json_tool_result(const dt_chat_template *t, const struct cJSON *m, int i, char **out);
 

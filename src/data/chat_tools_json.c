@@ -1,4 +1,7 @@
-/* Tool calls in Llama 3.1's and 3.2's templates (their own, without built-in tools): with tools the system turn opens
+/* Tool calls in Llama 3.1's and 3.2's templates (and Llama 3.1's built-in tools: builtin_tools named after
+ * "Environment: ipython" in its system turn, code_interpreter's name left out, each call of one written
+ * <|python_tag|>NAME.call(ARG="VALUE", ...), and with them given every calling answer ends <|eom_id|>, the template's
+ * "ipython mode"): with tools the system turn opens
  * with "Environment: ipython", and the tools, each as tojson(indent=4) writes it and a blank line, go before the first
  * user message's text in its turn (or, with tools_in_user_message false, in the system turn before the chat's system
  * message), after a text asking for a JSON call; an answer that calls a tool is that call alone, {"name": NAME,
@@ -50,7 +53,8 @@ dt_status dt_chat_json_tools_turn(const dt_chat_template *t, const cJSON *tools,
     snprintf(head, sizeof head, t->head, "system");
     snprintf(pre, sizeof pre, t->preamble, kw->date ? kw->date : t->date);
     dt_status st = put(&buf, &len, &cap, head);
-    if (!st && !(st = put(&buf, &len, &cap, "Environment: ipython\n"))) st = put(&buf, &len, &cap, pre);
+    if (!st) st = kw->builtin ? dt_chat_builtin_line(kw->builtin, &buf, &len, &cap) : put(&buf, &len, &cap, "Environment: ipython\n");
+    if (!st) st = put(&buf, &len, &cap, pre);
     if (!st && kw->tools_in_system) st = put_tools(tools, ASK_SYSTEM, &buf, &len, &cap);
     if (!st && system) st = put_trimmed(t, system, &buf, &len, &cap);
     if (!st) st = put(&buf, &len, &cap, t->end);
@@ -66,7 +70,38 @@ dt_status dt_chat_json_tools_turn(const dt_chat_template *t, const cJSON *tools,
     return st;
 }
 
-dt_status dt_chat_json_tool_call(const cJSON *calls, int i, char **buf, size_t *len, size_t *cap) {
+dt_status dt_chat_builtin_line(const cJSON *builtin, char **buf, size_t *len, size_t *cap) {
+    dt_status st = put(buf, len, cap, "Environment: ipython\nTools: ");
+    int k = 0;
+    for (const cJSON *b = builtin->child; !st && b; b = b->next)
+        if (strcmp(b->valuestring, "code_interpreter") && !(st = put(buf, len, cap, k++ ? ", " : ""))) st = put(buf, len, cap, b->valuestring);
+    return st ? st : put(buf, len, cap, "\n\n");
+}
+
+/* Whether name is one of builtin's. */
+static bool is_builtin(const cJSON *builtin, const char *name) {
+    const cJSON *b;
+    cJSON_ArrayForEach(b, builtin) if (!strcmp(b->valuestring, name)) return true;
+    return false;
+}
+
+/* A built-in tool's call, NAME.call(ARG="VALUE", ...) after <|python_tag|> (the template joins text, so each value is
+ * one). */
+static dt_status builtin_call(const char *name, const cJSON *args, int i, char **buf, size_t *len, size_t *cap) {
+    dt_status st = put(buf, len, cap, "<|python_tag|>");
+    if (!st && !(st = put(buf, len, cap, name))) st = put(buf, len, cap, ".call(");
+    for (const cJSON *a = args->child; !st && a; a = a->next) {
+        if (!cJSON_IsString(a))
+            return dt_error(DT_ERR_ARG, "'messages' [%d]: the built-in tool %s's argument '%s' is not a text: Llama 3.1's template "
+                            "writes each as ARG=\"VALUE\"", i, name, a->string);
+        if (!(st = put(buf, len, cap, a != args->child ? ", " : "")) && !(st = put(buf, len, cap, a->string)) &&
+            !(st = put(buf, len, cap, "=\"")) && !(st = put(buf, len, cap, a->valuestring)))
+            st = put(buf, len, cap, "\"");
+    }
+    return st ? st : put(buf, len, cap, ")");
+}
+
+dt_status dt_chat_json_tool_call(const cJSON *calls, const cJSON *builtin, int i, char **buf, size_t *len, size_t *cap) {
     if (cJSON_GetArraySize(calls) != 1)
         return dt_error(DT_ERR_ARG, "'messages' [%d]: %d tool calls in one answer: Llama 3.1's template writes one", i, cJSON_GetArraySize(calls));
     const char *name;
@@ -75,8 +110,9 @@ dt_status dt_chat_json_tool_call(const cJSON *calls, int i, char **buf, size_t *
     dt_status st = dt_chat_call_parts(calls->child, i, 0, &name, &args, &parsed);
     if (st) return st;
     (*buf)[*len = 0] = 0; /* (the call alone: the answer's content is not written) */
-    if (!(st = put(buf, len, cap, "{\"name\": \"")) && !(st = put(buf, len, cap, name)) && !(st = put(buf, len, cap, "\", \"parameters\": ")) &&
-        !(st = dt_chat_tojson(args, buf, len, cap)))
+    if (builtin && is_builtin(builtin, name)) st = builtin_call(name, args, i, buf, len, cap);
+    else if (!(st = put(buf, len, cap, "{\"name\": \"")) && !(st = put(buf, len, cap, name)) &&
+             !(st = put(buf, len, cap, "\", \"parameters\": ")) && !(st = dt_chat_tojson(args, buf, len, cap)))
         st = put(buf, len, cap, "}");
     cJSON_Delete(parsed);
     return st;

@@ -69,7 +69,7 @@ static dt_status system_turn(const cJSON *msgs, const dt_chat_kwargs *kw, const 
     char *sys = NULL;
     int used = system0 && t->preamble; /* (Llama 3.1's writes the system message in it) */
     dt_status st = dt_chat_has_tools(kw->tools) ? dt_chat_tools_turn(t, msgs, kw, &sys, &used)
-                                                : dt_chat_system_turn(t, system0 ? c0->valuestring : NULL, kw->date, &sys);
+                                                : dt_chat_system_turn(t, system0 ? c0->valuestring : NULL, kw, &sys);
     if (st) return dt_error(st, "%s: %s", where, dt_last_error());
     if (sys) st = put_str(s, tok, sys, 0);
     for (*k = 0; sys && *k < used; (*k)++) *m = (*m)->next; /* written in it */
@@ -124,8 +124,8 @@ static dt_status render_turns(const cJSON *msgs, const dt_chat_kwargs *kw, const
         size_t cn;
         char *text = NULL; /* an answer as the template writes it (Qwen 3's: its think block, as TRL's training form; its calls) */
         int block = in.n ? dt_chat_prompt_block(in.at + k, in.n, in.last_query) : DT_CHAT_BLOCK;
-        if (answer) st = dt_chat_answer(t, text0, cJSON_IsString(reasoning) ? reasoning->valuestring : NULL, calling ? calls : NULL, k, block,
-                                        &text);
+        if (answer) st = dt_chat_answer(t, text0, cJSON_IsString(reasoning) ? reasoning->valuestring : NULL, calling ? calls : NULL,
+                                        kw->builtin, k, block, &text);
         if (st) return dt_error(st, "%s: %s", where, dt_last_error());
         if (answer) c = text, cn = text ? strlen(text) : 0;
         else dt_chat_content(t, text0, &c, &cn);
@@ -136,7 +136,8 @@ static dt_status render_turns(const cJSON *msgs, const dt_chat_kwargs *kw, const
         char *body = nl ? malloc(cn + 2) : NULL;
         if (!st && nl && body) body[0] = '\n', memcpy(body + 1, c, cn), body[cn + 1] = 0, c = body, cn++;
         if (!st && nl && !body) st = dt_error(DT_ERR_NOMEM, "sft: out of memory");
-        if (!st && !(st = put(s, tok, head, hn - nl, 0)) && !(st = put(s, tok, c, cn, scored)) && !(st = put_str(s, tok, t->end, scored)))
+        if (!st && !(st = put(s, tok, head, hn - nl, 0)) && !(st = put(s, tok, c, cn, scored)) &&
+            !(st = put_str(s, tok, dt_chat_answer_end(t, kw, calling), scored)))
             st = put_str(s, tok, t->after, scored && t->after_scored);
         free(text), free(body);
     }
@@ -323,6 +324,7 @@ static dt_status example(dt_sft *d, const char *line, size_t lineno, dt_bpe *tok
     int pair = ch || rj;
     dt_status st = dt_chat_kwargs_read(kwargs, &kw);
     if (st) st = dt_error(st, "%s: \"chat_template_kwargs\" %s", where, dt_last_error());
+    else if (chat != DT_CHAT_NONE && (st = dt_chat_builtin_check(dt_chat_template_of(chat), &kw))) st = dt_error(st, "%s: %s", where, dt_last_error());
     kw.tools = tools;
     if (!st && pair && !p) st = extract_prompt(j, where);
     if (pair && !p) /* the pair as extract_prompt left it */
