@@ -404,6 +404,22 @@ for form in "llama3.1 llama3_1 llama3_tokenizer.json <|eot_id|>" "qwen2.5 qwen2_
             fail "$kind's tool call served: $r"
         kill -TERM $spid; wait $spid
     fi
+    [ "$kind" = llama3.1 ] || continue
+    # generation_config.json's eos_token_id end an answer too (Llama 3.1's <|eom_id|> beside <|eot_id|>): listing the
+    # answer's first token ("{", its call's opening) ends it there, empty; an id beyond the vocabulary is refused
+    open=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["model"]["vocab"]["{"])' "$m/model/tokenizer.json")
+    echo "{\"eos_token_id\": [$open, 0]}" > "$m/model/generation_config.json"
+    if start "ends_$fix" "$m/model" --threads 1 --slots 2; then
+        r=$(python3 "$HERE/serve_client.py" calls "$port" "$(cat "$m/request.json")" 2>&1)
+        [ "$r" = '[["stop", [], ""], ["stop", [], null]]' ] &&
+            ok "generation_config.json's eos_token_id [$open, 0]: the answer ends at its first token, '{' ($r)" || fail "generation_config's ends: $r"
+        kill -TERM $spid; wait $spid
+    fi
+    echo '{"eos_token_id": [1, 99999999]}' > "$m/model/generation_config.json"
+    "$DTRAIN" serve "$m/model" --port 0 --threads 1 > "$dir/badgen.out" 2>&1
+    [ $? -ne 0 ] && grep -q "generation_config.json: eos_token_id holds a number, not a token id of the model's" "$dir/badgen.out" &&
+        ok "a generation_config.json whose eos_token_id is no token: refused naming it" || fail "bad generation_config: $(tail -1 "$dir/badgen.out")"
+    rm "$m/model/generation_config.json"
 done
 
 # ---- OpenAI's Python client ----
