@@ -54,6 +54,11 @@ static void check_parse(void) {
         { J, "Llama: two calls after <|python_tag|>, \"arguments\" or \"parameters\"",
           "<|python_tag|>{\"name\": \"now\", \"arguments\": {}} ;\n{\"parameters\": {\"s\": \"\xc3\xbc\"}, \"name\": \"f\"}\n",
           "call_7_0 now {}; call_7_1 f {\"s\": \"\xc3\xbc\"}", 2, 0 },
+        { H, "arguments written as floats stay floats (2.0, 2.5e+16), as json.dumps writes them back",
+          "<tool_call>\n{\"name\": \"scale\", \"arguments\": {\"x\": 2.0, \"k\": 3, \"big\": 25e15, \"n\": -0.0}}\n</tool_call>",
+          "call_7_0 scale {\"x\": 2.0, \"k\": 3, \"big\": 2.5e+16, \"n\": -0.0}", 1, 0 },
+        { J, "Llama: arguments written as floats stay floats", "{\"name\": \"scale\", \"parameters\": {\"x\": 1E2, \"k\": 3}}",
+          "call_7_0 scale {\"x\": 100.0, \"k\": 3}", 1, 0 },
         { J, "Llama: a call after text: the answer is text", "Sure: {\"name\": \"add\", \"parameters\": {}}", "", -1, WHOLE },
         { J, "Llama: text after the call: the answer is text", "{\"name\": \"add\", \"parameters\": {}} done", "", -1, WHOLE },
         { J, "Llama: an object without a name: the answer is text", "{\"parameters\": {\"a\": 1}}", "", -1, WHOLE },
@@ -161,8 +166,17 @@ static void check_text_arguments(void) {
     free(out[0]), free(out[1]);
 }
 
+/* An empty answer (the model's first token ended it; its text may be NULL): no calls, no content, by either form. */
+static void check_empty(void) {
+    size_t ch = 1, cj = 1;
+    cJSON *h = dt_chat_calls_read(DT_CHAT_TOOLS_HERMES, NULL, 0, &ch), *j = dt_chat_calls_read(DT_CHAT_TOOLS_JSON, NULL, 0, &cj);
+    check("an empty answer: no calls, no content (Qwen's and Llama's forms)", !h && !j && ch == 0 && cj == 0, NULL);
+    cJSON_Delete(h), cJSON_Delete(j);
+}
+
 int main(void) {
     check_parse();
+    check_empty();
     check_text_arguments();
     check_stream_text();
     check_refusals();

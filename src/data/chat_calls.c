@@ -77,8 +77,9 @@ size_t dt_chat_calls_text(int form, const char *text, size_t n) {
 }
 
 cJSON *dt_chat_calls_read(int form, const char *text, size_t n, size_t *content) {
-    const char *end = text + n, *p = memmem(text, n, OPEN, strlen(OPEN));
     *content = n;
+    if (!n) return NULL; /* (an empty answer: its text may be NULL, which memmem and memcpy must not be given) */
+    const char *end = text + n, *p = memmem(text, n, OPEN, strlen(OPEN));
     if (form == DT_CHAT_TOOLS_JSON) {
         cJSON *calls = dt_chat_calls_text(form, text, n) ? NULL : json_calls(text, n);
         if (calls) *content = 0;
