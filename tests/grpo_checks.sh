@@ -154,6 +154,22 @@ if tools_run one --batch 4; then
         [ "$(grep -c . "$m/once.calls")" -lt "$calls" ] &&
         ok "--grpo-tool-turns 1: one round of calls a completion ($(grep -c . "$m/once.calls") calls, each followed by one answer; $calls without it)" ||
         fail "--grpo-tool-turns 1: $(grep -c . "$m/once.calls") calls, $(grep -cF "$turn" "$m/once.seen") completions with a result"
+    # proc: one program for the run (each rank's own, started once), a result line written a call as it reads them:
+    # the calls, rewards and losses of cmd:'s program a round, on one process and on DDP 2
+    printf 'echo started >> "$1/$2.starts"\nwhile read -r l; do echo "$l" >> "$1/$2.calls"; echo 5; done\n' > "$m/tool.sh"
+    tools_run proc --batch 4 --grpo-tools "proc:sh $m/tool.sh $m proc"
+    tools_run procddp --nproc 2 --batch 2 --grpo-tools "proc:sh $m/tool.sh $m procddp"
+    l=$(differs loss "$m/one.jsonl" "$m/proc.jsonl" 2)
+    r=$(differs reward "$m/one.jsonl" "$m/proc.jsonl" 2)
+    l2=$(differs loss "$m/one.jsonl" "$m/procddp.jsonl" 2)
+    [ "${l#* }" = 0 ] && [ "${r#* }" = 0 ] && [ "${l2#* }" = 0 ] && [ "$(grep -c . "$m/proc.starts")" = 1 ] &&
+        [ "$(grep -c . "$m/procddp.starts")" = 2 ] && [ "$(sort "$m/proc.calls")" = "$(sort "$m/one.calls")" ] &&
+        [ "$(sort "$m/procddp.calls")" = "$(sort "$m/one.calls")" ] &&
+        ok "--grpo-tools proc: one program a rank for the whole run ($(grep -c . "$m/proc.calls") calls over 2 steps): cmd:'s calls, rewards and losses, on DDP 2 too" ||
+        fail "--grpo-tools proc: losses ${l% *} / ${l2% *}, rewards ${r% *}, starts $(grep -c . "$m/proc.starts" 2> /dev/null) / $(grep -c . "$m/procddp.starts" 2> /dev/null): $(tail -1 "$m/proc.out")"
+    tools_run procdies --batch 4 --grpo-tools "proc:read l; exit 3"
+    [ $? -ne 0 ] && grep -q -- "--grpo-tools proc:read l; exit 3: it ended after 0 of [0-9]* result lines (exited with status 3)" "$m/procdies.out" &&
+        ok "--grpo-tools proc: a program that ends mid-run: the run ends naming it and its status" || fail "a proc program that dies: $(tail -1 "$m/procdies.out")"
     # a result {"error": ...} is a failed call (TRL's where a tool raises): the model reads it, the metrics count it
     tools_run fails --batch 4 --grpo-tool-turns 1 --grpo-tools "cmd:tee -a $m/fails.calls | sed 's/.*/{\"error\": \"busy\"}/'"
     erred='{"role":"tool","name":"add","content":"{\"error\": \"busy\"}"}'
@@ -192,7 +208,7 @@ fi
     --threads 1 --grpo-tools "cmd:cat > /dev/null" --reward contains:e > "$m/silent.out" 2>&1
 [ $? -ne 0 ] && grep -q -- "--grpo-tools cmd:cat > /dev/null: 0 result lines for 2 calls" "$m/silent.out" &&
     ok "a tool program that answers nothing: the run ends naming it" || fail "a silent tool program: $(tail -2 "$m/silent.out")"
-refused "--grpo-tools that is not cmd:" "--grpo-tools run.sh: cmd:COMMAND" --grpo-tools run.sh --grpo-group 2
+refused "--grpo-tools that is not cmd: or proc:" "--grpo-tools run.sh: cmd:COMMAND (a program a round" --grpo-tools run.sh --grpo-group 2
 refused "--grpo-tools without a template that renders tool calls" "renders tool calls" --grpo-tools "cmd:cat" --grpo-group 2
 "$DTRAIN" train --model llama-tiny --vocab 256 --grpo-tools cmd:cat --steps 1 > "$dir/notools.out" 2>&1
 [ $? -ne 0 ] && grep -q "give the prompts with --grpo FILE" "$dir/notools.out" && ok "--grpo-tools without --grpo refused" ||

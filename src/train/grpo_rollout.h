@@ -32,6 +32,7 @@ struct dt_grpo_run {
     int32_t *in, *tg;       /* [rows * T] */
     int32_t *ctx;           /* [rows * (T + 1)]: a row's prompt and completion so far, which a pass after tools completes */
     int form;               /* the template's tool calls (dt_chat_template.tools; 0: no --grpo-tools) */
+    struct dt_grpo_tools *tools; /* --grpo-tools' program (NULL: none) */
     bool thinking;          /* --chat-template-kwargs' enable_thinking: the head after tools' results */
     dt_grpo_completion *done; /* [rows] */
     float *rewards, *adv;

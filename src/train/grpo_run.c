@@ -122,6 +122,7 @@ dt_status dt_train_setup_grpo(run *r) {
         st = dt_error(DT_ERR_ARG, "--grpo-tools %s: a completion's calls are read and their results written by a chat template that "
                       "renders tool calls (Qwen 2.5's, Qwen 3's, Llama 3.1's and 3.2's; this run's: %s)", c->grpo.tools, t ? t->name : "none");
     gr->form = c->grpo.tools && t ? t->tools : 0, gr->thinking = kw.thinking;
+    if (!st && c->grpo.tools) st = dt_grpo_tools_create(c->grpo.tools, &gr->tools); /* (proc: its program started) */
     if (!st && !(st = dt_reward_create(c->grpo.reward, &gr->reward)) && !(st = dt_grpo_create(&c->grpo, gr->rows, gr->T, &gr->g)) &&
         !(st = alloc_rows(gr)))
         st = dt_program_set_token_loss(dt_gpt2_program(r->m), dt_grpo_token_loss, gr->g);
@@ -150,6 +151,7 @@ void dt_train_grpo_destroy(run *r) {
     free(gr->in), free(gr->tg), free(gr->done), free(gr->rewards), free(gr->adv), free(gr->sample), free(gr->perm), free(gr->ctx);
     dt_grpo_destroy(gr->g);
     dt_reward_destroy(gr->reward);
+    dt_grpo_tools_destroy(gr->tools);
     dt_gpt2_destroy(gr->ref);
     dt_bpe_destroy(gr->tok);
     free(gr);

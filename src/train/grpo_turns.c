@@ -151,7 +151,7 @@ dt_status dt_grpo_tool_round(dt_grpo_run *gr, const dt_grpo_config *gc, int *row
             if (line) cJSON_AddNumberToObject(line, "completion", number), cJSON_AddItemToArray(all, line);
         }
     }
-    if (!st && cJSON_GetArraySize(all) > 0) st = dt_grpo_tools_run(gc->tools, all, &results);
+    if (!st && cJSON_GetArraySize(all) > 0) st = dt_grpo_tools_run(gr->tools, all, &results);
     gr->stats[S_TOOL_CALLS] += ncalls;
     for (int j = 0; !st && j < m; j++) {
         int nc = cJSON_GetArraySize(calls[j]);
