@@ -103,7 +103,8 @@ static void usage(FILE *f) {
             "                     tool_failures), their results appended as the template writes them and the\n"
             "                     completion generated on, as TRL's GRPOTrainer(tools=...): the results unscored; the\n"
             "                     reward's completion its answers and results; --grpo-tool-turns N (0: until the row\n"
-            "                     is full)\n"
+            "                     is full); proc:COMMAND: one program a rank for the run (its state kept), which\n"
+            "                     writes and flushes a result line a call as it reads them\n"
             "  --completion-tokens N  a completion's most tokens (up to the row's end, --seq)\n"
             "  --temperature X (1)  --top-k K (0: all)   GRPO's sampling; the loss reads the model's log-probabilities\n"
             "                     at temperature 1\n"
@@ -311,7 +312,7 @@ static const dt_cli_flag flags[] = {
     { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
     { "--report", "a directory" }, { "--config", "a JSON file" },
     { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--lora-dropout", "a probability from 0 to 0.999" }, { "--dpo-beta", "a number from 1e-6 to 1e6" }, { "--grpo", "a prompts file (.jsonl of {\"prompt\": text}, or one a line)" }, { "--reward", "contains:WORD, count:WORD or cmd:COMMAND" }, { "--chat-template-kwargs", "a JSON object" }, { "--grpo-loss", "dapo, grpo or dr_grpo" }, { "--grpo-kl", "corrected or plain" },
-    { "--grpo-group", "a whole number from 2 to 4096" }, { "--grpo-iterations", "a whole number from 1 to 1000" }, { "--grpo-tool-turns", "a whole number from 0 to 1000000" }, { "--grpo-tools", "cmd:COMMAND" }, { "--grpo-beta", "a number from 0 to 1e6" }, { "--grpo-epsilon", "a number from 0 to 1e3" },
+    { "--grpo-group", "a whole number from 2 to 4096" }, { "--grpo-iterations", "a whole number from 1 to 1000" }, { "--grpo-tool-turns", "a whole number from 0 to 1000000" }, { "--grpo-tools", "cmd:COMMAND or proc:COMMAND" }, { "--grpo-beta", "a number from 0 to 1e6" }, { "--grpo-epsilon", "a number from 0 to 1e3" },
     { "--completion-tokens", "a whole number from 1 to 1e6" }, { "--temperature", "a number from 0 to 100" }, { "--top-k", "a whole number from 0 (all) to 2^30" },
     { "--lora-targets", "module names, comma-separated (c_attn,c_proj; q_proj,v_proj)" },
     { "--lora", "PEFT's adapter folder (or a LoRA run's --save DIR)" },
