@@ -47,29 +47,41 @@ static dt_status exchange(const char *flag, const char *command, int fd_in, int 
     return DT_OK;
 }
 
-dt_status dt_cmd_exchange(const char *flag, const char *command, const char *in, size_t n, char **out, size_t *len) {
+dt_status dt_cmd_spawn(const char *flag, const char *kind, const char *command, pid_t *pid, int *in, int *out) {
     int to[2] = { -1, -1 }, from[2] = { -1, -1 };
-    *out = NULL, *len = 0;
+    *pid = -1, *in = *out = -1;
     if (pipe(to) || pipe(from)) {
         for (int i = 0; i < 2; i++) { if (to[i] >= 0) close(to[i]); if (from[i] >= 0) close(from[i]); }
-        return dt_error(DT_ERR_IO, "%s cmd:%s: %s", flag, command, strerror(errno));
+        return dt_error(DT_ERR_IO, "%s %s:%s: %s", flag, kind, command, strerror(errno));
     }
-    pid_t pid = fork();
-    if (pid == 0) {
+    pid_t p = fork();
+    if (p == 0) {
         dup2(to[0], 0), dup2(from[1], 1);
         close(to[0]), close(to[1]), close(from[0]), close(from[1]);
         execl("/bin/sh", "sh", "-c", command, (char *)NULL);
         _exit(127);
     }
     close(to[0]), close(from[1]);
+    if (p < 0) {
+        close(to[1]), close(from[0]);
+        return dt_error(DT_ERR_IO, "%s %s:%s: fork: %s", flag, kind, command, strerror(errno));
+    }
+    *pid = p, *in = to[1], *out = from[0];
+    return DT_OK;
+}
+
+dt_status dt_cmd_exchange(const char *flag, const char *command, const char *in, size_t n, char **out, size_t *len) {
+    pid_t pid;
+    int fd_in, fd_out;
+    *out = NULL, *len = 0;
+    dt_status st = dt_cmd_spawn(flag, "cmd", command, &pid, &fd_in, &fd_out);
+    if (st) return st;
     void (*was)(int) = signal(SIGPIPE, SIG_IGN); /* a program that stops reading is its answers' to explain */
-    dt_status st = pid < 0 ? dt_error(DT_ERR_IO, "%s cmd:%s: fork: %s", flag, command, strerror(errno))
-                           : exchange(flag, command, to[1], from[0], in, n, out, len);
-    if (pid < 0) close(to[1]);
-    close(from[0]);
+    st = exchange(flag, command, fd_in, fd_out, in, n, out, len);
+    close(fd_out);
     int status = 0;
-    if (pid > 0 && st) kill(pid, SIGKILL);
-    if (pid > 0) waitpid(pid, &status, 0);
+    if (st) kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
     signal(SIGPIPE, was);
     if (!st && (!WIFEXITED(status) || WEXITSTATUS(status)))
         st = WIFEXITED(status) ? dt_error(DT_ERR_IO, "%s cmd:%s: exited with status %d%s", flag, command, WEXITSTATUS(status),

@@ -1,6 +1,7 @@
 /* A user's program kept running over a run: started once, each round its lines written while its answer's lines are
  * read (poll), so that a program that keeps state (a rollout's environment) keeps it in its own memory. */
 #include "cmd_proc.h"
+#include "cmd_exchange.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -21,30 +22,14 @@ struct dt_cmd_proc {
 };
 
 dt_status dt_cmd_proc_create(const char *flag, const char *command, dt_cmd_proc **out) {
-    int to[2] = { -1, -1 }, from[2] = { -1, -1 };
     dt_cmd_proc *p = calloc(1, sizeof *p);
     *out = NULL;
     if (!p) return dt_error(DT_ERR_NOMEM, "%s: out of memory", flag);
-    if (pipe(to) || pipe(from)) {
-        for (int i = 0; i < 2; i++) { if (to[i] >= 0) close(to[i]); if (from[i] >= 0) close(from[i]); }
-        free(p);
-        return dt_error(DT_ERR_IO, "%s proc:%s: %s", flag, command, strerror(errno));
-    }
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(to[0], 0), dup2(from[1], 1);
-        close(to[0]), close(to[1]), close(from[0]), close(from[1]);
-        execl("/bin/sh", "sh", "-c", command, (char *)NULL);
-        _exit(127);
-    }
-    close(to[0]), close(from[1]);
-    if (pid < 0) {
-        close(to[1]), close(from[0]), free(p);
-        return dt_error(DT_ERR_IO, "%s proc:%s: fork: %s", flag, command, strerror(errno));
-    }
-    *p = (dt_cmd_proc){ flag, command, pid, to[1], from[0] };
-    *out = p;
-    return DT_OK;
+    *p = (dt_cmd_proc){ flag, command, -1, -1, -1 };
+    dt_status st = dt_cmd_spawn(flag, "proc", command, &p->pid, &p->in, &p->out);
+    if (st) free(p);
+    else *out = p;
+    return st;
 }
 
 /* The program has ended (or is made to): its status in words, into why. */
