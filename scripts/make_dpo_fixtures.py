@@ -88,7 +88,7 @@ def dpo_batch(policy, ref, tok, rows, tmp, max_length=MAX):
 def tool_cases():
     """Pairs with tools by Qwen 2.5's and Llama 3.1's templates: TRL's rows (the tools' turns in the prompt)."""
     sys.path.insert(0, HERE)
-    from make_sft_fixtures import TOOLS, ADD, QWEN3_KWARGS, LLAMA31_KWARGS
+    from make_sft_fixtures import TOOLS, ADD, QWEN3_KWARGS, LLAMA31_KWARGS, fixture_tokenizer
     user = [{"role": "user", "content": "2 + 3?"}]
     call = [{"role": "assistant", "content": None, "tool_calls": [ADD]}]
     pairs = {
@@ -115,11 +115,7 @@ def tool_cases():
     torch.manual_seed(7)
     for name, rows in pairs.items():
         case = json.load(open(os.path.join(SFT, name.replace("_kwargs", "") + "_prompts.json")))
-        llama = "llama3" in case["tokenizer"]
-        tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(SFT, "..", case["tokenizer"]),
-                                      **(dict(bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", pad_token="<|end_of_text|>") if llama
-                                         else dict(eos_token="<|endoftext|>", pad_token="<|endoftext|>")))
-        tok.chat_template = case["chat_template"]
+        tok = fixture_tokenizer(case["tokenizer"], case["chat_template"])
         cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
                           num_key_value_heads=2, max_position_embeddings=1024)
         ref = LlamaForCausalLM(cfg).float()

@@ -276,6 +276,34 @@ def case(name, rows, tok, folder, out):
     print(f"{name}: {len(rows)} examples, loss {loss.item():.6f}, scored {int((batch['labels'] != -100).sum())} tokens")
 
 
+def fixture_tokenizer(tokenizer, template):
+    """The fixtures' tokenizer (tokenizer: a path under tests/fixtures) with its special tokens, Llama 3's or ChatML's,
+    and template as its chat_template."""
+    llama = "llama3" in tokenizer
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(OUT, "..", tokenizer),
+                                  **(dict(bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", pad_token="<|end_of_text|>") if llama
+                                     else dict(eos_token="<|endoftext|>", pad_token="<|endoftext|>")))
+    tok.chat_template = template
+    return tok
+
+
+def sft_rows(tok, data, seq, folder, positions, **config):
+    """SFTTrainer's rows of data (at most seq + 1 tokens each; config: more SFTConfig): its batch, and the tensors
+    "ids.<k>" and "labels.<k>" of each row's tokens."""
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=2, max_position_embeddings=positions)
+    args = SFTConfig(output_dir=os.path.join(folder, "run"), max_length=seq + 1, packing=False, per_device_train_batch_size=len(data),
+                     report_to=[], use_cpu=True, dataset_num_proc=None, **config)
+    trainer = SFTTrainer(model=LlamaForCausalLM(cfg), args=args, train_dataset=Dataset.from_list(data), processing_class=tok)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(data))])
+    tensors = {}
+    for k in range(len(data)):
+        n = int(batch["attention_mask"][k].sum())
+        tensors[f"ids.{k}"] = batch["input_ids"][k, :n].to(torch.int32).contiguous()
+        tensors[f"labels.{k}"] = batch["labels"][k, :n].to(torch.int32).contiguous()
+    return batch, tensors
+
+
 def template_case(folder, out, name, chats, prompts, template=None, training=None, tokenizer="sft/tokenizer.json", dates=(None,), seq=MAX - 1):
     """TRL's tokens and labels for chats by a template (TRL's copy, chat_templates/<name>.jinja, unless given; SFTTrainer
     trains with its training form, or with training where TRL has none, after the script checks that it renders every
@@ -286,11 +314,7 @@ def template_case(folder, out, name, chats, prompts, template=None, training=Non
     import trl
     if template is None:
         template = open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", name + ".jinja")).read()
-    llama = "llama3" in tokenizer
-    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(out, "..", tokenizer),
-                                  **(dict(bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", pad_token="<|end_of_text|>") if llama
-                                     else dict(eos_token="<|endoftext|>", pad_token="<|endoftext|>")))
-    tok.chat_template = template
+    tok = fixture_tokenizer(tokenizer, template)
     if training:
         for c in chats:
             m, tools = (c["messages"], c["tools"]) if isinstance(c, dict) else (c, None)
@@ -306,18 +330,7 @@ def template_case(folder, out, name, chats, prompts, template=None, training=Non
     rows = [{"messages": r["messages"], "tools": r["tools"] if isinstance(r["tools"], str) else json.dumps(r["tools"])}
             if isinstance(r, dict) else {"messages": r, "tools": None} for r in chats]
     torch.manual_seed(3)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
-                      num_key_value_heads=2, max_position_embeddings=128)
-    args = SFTConfig(output_dir=os.path.join(folder, "run"), max_length=seq + 1, assistant_only_loss=True, packing=False,
-                     per_device_train_batch_size=len(chats), report_to=[], use_cpu=True, dataset_num_proc=None)
-    trainer = SFTTrainer(model=LlamaForCausalLM(cfg), args=args, train_dataset=Dataset.from_list(rows),
-                         processing_class=tok)
-    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(chats))])
-    tensors = {}
-    for k in range(len(chats)):
-        n = int(batch["attention_mask"][k].sum())
-        tensors[f"ids.{k}"] = batch["input_ids"][k, :n].to(torch.int32).contiguous()
-        tensors[f"labels.{k}"] = batch["labels"][k, :n].to(torch.int32).contiguous()
+    batch, tensors = sft_rows(tok, rows, seq, folder, 128, assistant_only_loss=True)
     save_file(tensors, os.path.join(out, name + "_chat.safetensors"))
     tok.chat_template = template
     cases = []
@@ -386,27 +399,13 @@ def completion_cases(folder, names):
                                   [dict(r, chat_template_kwargs=BUILTIN_KWARGS) for r in CHAT_COMPLETIONS + BUILTIN_COMPLETIONS], 1023)}
     for name in names or cases:
         template, tokf, rows, seq = cases[name]
-        llama = "llama3" in tokf
-        tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(OUT, "..", tokf),
-                                      **(dict(bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", pad_token="<|end_of_text|>") if llama
-                                         else dict(eos_token="<|endoftext|>", pad_token="<|endoftext|>")))
-        tok.chat_template = template
+        tok = fixture_tokenizer(tokf, template)
         with open(os.path.join(OUT, name + "_completion.jsonl"), "w") as f:
             for r in rows:
                 f.write(json.dumps(r) + "\n")
         data = [dict(r, tools=r["tools"] if isinstance(r.get("tools"), str) else json.dumps(r["tools"]) if r.get("tools") else None)
                 for r in rows]
-        cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
-                          num_key_value_heads=2, max_position_embeddings=1024)
-        args = SFTConfig(output_dir=os.path.join(folder, "run"), max_length=seq + 1, packing=False, per_device_train_batch_size=len(rows),
-                         report_to=[], use_cpu=True, dataset_num_proc=None)
-        trainer = SFTTrainer(model=LlamaForCausalLM(cfg), args=args, train_dataset=Dataset.from_list(data), processing_class=tok)
-        batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(rows))])
-        tensors = {}
-        for k in range(len(rows)):
-            n = int(batch["attention_mask"][k].sum())
-            tensors[f"ids.{k}"] = batch["input_ids"][k, :n].to(torch.int32).contiguous()
-            tensors[f"labels.{k}"] = batch["labels"][k, :n].to(torch.int32).contiguous()
+        batch, tensors = sft_rows(tok, data, seq, folder, 1024)
         save_file(tensors, os.path.join(OUT, name + "_completion.safetensors"))
         lengths = [int(x) for x in batch["attention_mask"].sum(1)]
         print(f"{name}_completion: {len(rows)} conversational prompts and completions of {lengths} tokens, scored "
