@@ -255,10 +255,14 @@ dt_status dt_group_check_peers(dt_comm *c, int waiting_for, wait_cond cond, void
          * collective still needs it, the wait for it says so. */
         if (atomic_load(&pr->state) == PROC_FINALIZED && j != waiting_for) continue;
         bool dead = dt_segment_proc_dead(c->seg, p);
+        /* Read after the death: a rank says it left before it exits, so one that left and exited since the look above
+         * is seen leaving, not dying. */
+        bool left = atomic_load(&pr->state) == PROC_FINALIZED;
+        if (left && j != waiting_for) continue;
         /* The peer may have done its part between the waiter's last look and leaving (its writes come before it says
          * so): look once more before blaming it. */
-        if ((dead || atomic_load(&pr->state) == PROC_FINALIZED) && j == waiting_for && cond && cond(arg)) return DT_OK;
-        if (dead) {
+        if ((dead || left) && j == waiting_for && cond && cond(arg)) return DT_OK;
+        if (dead && !left) {
             /* The launcher knows how it died (signal, exit status): give it a
              * moment to say so before saying less ourselves. */
             int lp = c->seg->hdr->launcher_pid;
@@ -268,7 +272,7 @@ dt_status dt_group_check_peers(dt_comm *c, int waiting_for, wait_cond cond, void
                              j == waiting_for ? " while a peer waited for it" : "");
             return dt_shm_check_abort(c);
         }
-        if (atomic_load(&pr->state) == PROC_FINALIZED) {
+        if (left) {
             dt_segment_abort(c->seg, "rank %d (pid %d) left (dt_comm_destroy) while other ranks still use it",
                              wr, (int)atomic_load(&pr->pid));
             return dt_shm_check_abort(c);
@@ -311,6 +315,9 @@ bool dt_comm_failed(dt_comm *c, char *msg, size_t cap) {
         seg_proc *pr = &c->seg->hdr->proc[p];
         if (j == c->local_rank || atomic_load(&pr->state) == PROC_FINALIZED) continue;
         if (dt_segment_proc_dead(c->seg, p)) {
+            /* Read again: a rank says it left before it exits, and it may have left and exited since the look above
+             * (a watchdog preempted between the two, as ranks sharing cores are, spans that). */
+            if (atomic_load(&pr->state) == PROC_FINALIZED) continue;
             snprintf(msg, cap, "rank %d (pid %d) died", atomic_load(&pr->world_rank), (int)atomic_load(&pr->pid));
             return true;
         }
