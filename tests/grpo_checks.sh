@@ -177,6 +177,21 @@ if tools_run one --batch 4; then
         all_failed "$m/fails.jsonl" &&
         ok "--grpo-tools: a program's {\"error\": ...} results, each read by the model, counted in the metrics' tool_failures (1 of 1)" ||
         fail "--grpo-tools' failed calls: tool_failures $(field tool_failures "$m/fails.jsonl" | tr '\n' ' '), $(grep -c . "$m/fails.calls") calls"
+    # every end the model's generation_config.json lists ends a completion (TRL's eos_token_ids: Llama 3.1's <|eom_id|>
+    # after a built-in call): listing "{", the answers' first token (their call's opening), ends each there, kept and
+    # scored, with no call to run; an id beyond the vocabulary is refused naming the file
+    open=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["model"]["vocab"]["{"])' "$m/model/tokenizer.json")
+    echo "{\"eos_token_id\": [$open, 0]}" > "$m/model/generation_config.json"
+    tools_run ends --batch 4
+    [ ! -s "$m/ends.calls" ] && [ "$(field completion_len "$m/ends.jsonl" | awk '$1 != 1 { bad = 1 } END { print NR && !bad }')" = 1 ] &&
+        [ "$(field tool_calls "$m/ends.jsonl" | awk '$1 != 0 { bad = 1 } END { print NR && !bad }')" = 1 ] &&
+        ok "generation_config.json's eos_token_id [$open, 0]: every completion ends at its first token, '{' (completion_len 1, no calls)" ||
+        fail "GRPO and generation_config's ends: completion_len $(field completion_len "$m/ends.jsonl" | tr '\n' ' '), calls '$(head -1 "$m/ends.calls" 2> /dev/null)': $(tail -1 "$m/ends.out")"
+    echo '{"eos_token_id": [1, 99999999]}' > "$m/model/generation_config.json"
+    tools_run badends --batch 4
+    [ $? -ne 0 ] && grep -q "generation_config.json: eos_token_id holds a number, not a token id of the model's" "$m/badends.out" &&
+        ok "GRPO: a generation_config.json whose eos_token_id is no token refused naming it" || fail "GRPO, bad generation_config: $(tail -1 "$m/badends.out")"
+    rm "$m/model/generation_config.json"
 else
     fail "--grpo-tools: $(tail -2 "$m/one.out")"
 fi

@@ -206,6 +206,19 @@ int dt_chat_last_query(const struct cJSON *messages);
  * (the "default" one of a list of named ones) into *jinja (the caller frees; jinja NULL: not asked). A template of a
  * kind this build cannot render is DT_ERR_UNSUPPORTED with the rest read. */
 dt_status dt_tokenizer_config_read(const char *tokenizer_json, dt_bpe *tok, dt_chat_kind *chat, int *eos, char **jinja);
+#define DT_MAX_ENDS 8
+/* The tokens that end a completion (token_ends.c): the end of text and a model folder's generation_config.json's
+ * other eos_token_id. */
+typedef struct {
+    int32_t ids[DT_MAX_ENDS];
+    int n;
+} dt_token_ends;
+/* eot (-1: none) and model's generation_config.json's eos_token_id (an id or a list; no such file, or model NULL or a
+ * file: none) into *e. A file that is not JSON, an id outside the vocabulary or more than DT_MAX_ENDS ids: an error
+ * naming it. */
+dt_status dt_token_ends_read(const char *model, int vocab, int eot, dt_token_ends *e);
+/* Whether token ends a completion. */
+bool dt_token_ends_has(const dt_token_ends *e, int32_t token);
 typedef struct dt_sft dt_sft;
 dt_status dt_sft_load(const char *path, dt_bpe *tok, dt_chat_kind chat, int eos, int T, dt_sft **out);
 /* Whether the rows came from the cache: the file tokenized before with the same tokenizer, template, end-of-text and

@@ -110,7 +110,7 @@ static int on_token(void *ctx, int32_t token, const float *logits) {
     if (!j->generated++) j->t_first = serve_now();
     size_t before = j->len;
     bool stop = j->cancelled;
-    if (serve_vocab_ends_with(e->v, token)) stop = true; /* the end of the text (or another end): a stop, not part of it */
+    if (dt_token_ends_has(&e->v->ends, token)) stop = true; /* the end of the text (or another end): a stop, not part of it */
     else if (serve_vocab_append(e->v, token, &j->text, &j->len, &j->cap)) {
         stop = j->failed = true;
         snprintf(j->message, sizeof j->message, "%s", dt_last_error());

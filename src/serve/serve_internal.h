@@ -13,25 +13,16 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define SERVE_MAX_ENDS 8
-
 /* Text <-> tokens: bytes (a vocabulary of 256) or GPT-2's BPE. */
 typedef struct {
     dt_bpe *bpe; /* NULL: bytes */
     int vocab;
-    int eot;     /* the end-of-text token (GPT-2's 50256): generating it ends a completion; -1: none */
-    int ends[SERVE_MAX_ENDS], nends; /* more tokens that end one: generation_config.json's other eos_token_id */
+    int eot;     /* the end-of-text token (GPT-2's 50256); -1: none */
+    dt_token_ends ends; /* the tokens that end a completion: eot and generation_config.json's eos_token_id */
     dt_chat_kind chat; /* the model's chat template (its tokenizer_config.json's; DT_CHAT_NONE: dtrain's plain one) */
 } serve_vocab;
 /* Token id's bytes appended to a growing buffer. */
 dt_status serve_vocab_append(const serve_vocab *v, int32_t id, char **buf, size_t *len, size_t *cap);
-/* The model folder's generation_config.json's eos_token_id (an id or a list, as transformers and vLLM read it: Llama
- * 3.1's Instruct lists <|eom_id|>, which ends an answer that calls a built-in tool, beside <|eot_id|>) into v->ends,
- * those other than v->eot; none where there is no such file. A file that is not JSON, ids that are not ids of the
- * vocabulary or more than SERVE_MAX_ENDS: an error naming it. */
-dt_status serve_vocab_ends(serve_vocab *v, const char *model);
-/* Whether token ends a completion (the end of text, or one of v->ends). */
-bool serve_vocab_ends_with(const serve_vocab *v, int32_t token);
 
 
 #define SERVE_MAX_STOP 4

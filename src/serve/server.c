@@ -63,7 +63,7 @@ static dt_status load_vocab(const dt_serve_options *o, const dt_gpt2_config *c, 
         if (!st && v->chat != DT_CHAT_NONE)
             dt_log(DT_LOG_INFO, "serve: chats by the model's %s template", dt_chat_template_of(v->chat)->name);
     }
-    if (!st) st = serve_vocab_ends(v, o->model); /* (a model file has no folder's generation_config.json beside it) */
+    if (!st) st = dt_token_ends_read(o->model, v->vocab, v->eot, &v->ends);
     return st;
 }
 

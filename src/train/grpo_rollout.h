@@ -13,7 +13,8 @@ enum { S_ROWS, S_REWARD, S_REWARD_SQ, S_TOKENS, S_FLAT_GROUPS, S_DECODE_S, S_KL,
 typedef struct {
     int32_t *toks;
     unsigned char *mask;    /* [T + 1]: 1 the model's token, 0 a tool's result (not scored) */
-    int n, eos;
+    int n;
+    const dt_token_ends *ends; /* what ends it (the run's) */
     int prompt;             /* which of the file's prompts it completes */
     uint64_t place;         /* that prompt's place in the stream (its draws') */
     int seg;                /* where the answer being generated began (after the last results) */
@@ -26,7 +27,7 @@ struct dt_grpo_run {
     dt_gpt2 *ref;           /* the reference (beta > 0): the starting model */
     dt_bpe *tok;            /* NULL: bytes */
     dt_chat_kind chat;      /* conversational prompts' template (--chat-template, or the tokenizer_config.json's) */
-    int eos;                /* the end-of-text id that ends a completion (-1: none) */
+    dt_token_ends ends;     /* the ids that end a completion: the end of text and generation_config.json's (none: its length) */
     dt_grpo_prompts prompts;
     int rows, per_rank, T;  /* this rank's rows a step, prompts a step, positions a row */
     int32_t *in, *tg;       /* [rows * T] */

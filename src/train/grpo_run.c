@@ -73,7 +73,8 @@ static dt_status make_reference(run *r, dt_grpo_run *gr) {
 
 static dt_status open_tokenizer(run *r, dt_grpo_run *gr) {
     const dt_train_config *c = &r->c;
-    gr->eos = -1, gr->chat = DT_CHAT_NONE;
+    gr->chat = DT_CHAT_NONE;
+    int eos = -1;
     dt_status st = c->chat_template ? dt_chat_kind_parse(c->chat_template, &gr->chat) : DT_OK;
     if (!st) st = dt_bpe_for_model(c->tokenizer, NULL, dt_gpt2_get_config(r->m)->vocab_size, c->model, "--grpo", false, &gr->tok);
     if (st || !gr->tok) return st;
@@ -82,12 +83,13 @@ static dt_status open_tokenizer(run *r, dt_grpo_run *gr) {
     const char *tj = c->tokenizer ? c->tokenizer : found;
     /* no end-of-text: completions run to their length; a template this build cannot render: plain prompts need none, a
      * conversational one is refused naming it */
-    st = dt_tokenizer_config_read(tj, gr->tok, &gr->chat, &gr->eos, NULL);
+    st = dt_tokenizer_config_read(tj, gr->tok, &gr->chat, &eos, NULL);
     if (st == DT_ERR_UNSUPPORTED) {
         if (r->rank == 0) dt_log(DT_LOG_WARN, "--grpo: %s", dt_last_error());
         st = DT_OK, gr->chat = DT_CHAT_NONE;
     }
-    return st;
+    /* every end the model declares ends a completion, as TRL's GRPOTrainer stops (Llama 3.1's <|eom_id|> after a call) */
+    return st ? st : dt_token_ends_read(c->model, dt_gpt2_get_config(r->m)->vocab_size, eos, &gr->ends);
 }
 
 static dt_status alloc_rows(dt_grpo_run *gr) {
@@ -163,7 +165,7 @@ static int on_token(void *ctx, int32_t token, const float *logits) {
     dt_grpo_completion *c = ctx;
     c->mask[c->n] = 1;
     c->toks[c->n++] = token;
-    return token == c->eos; /* the end-of-text token ends it, kept (TRL's completion mask holds it) */
+    return dt_token_ends_has(c->ends, token); /* an end ends it, kept (TRL's completion mask holds it) */
 }
 
 /* Row i's prompt in rollout gen: the stream of prompts runs through the file (in a fresh order each pass with
@@ -218,7 +220,7 @@ static dt_status decode(run *r, dt_grpo_run *gr, int gen) {
     dt_status st = rows ? DT_OK : dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
     for (int i = 0; !st && i < gr->rows; i++) {
         dt_grpo_completion *c = &gr->done[i];
-        c->n = 0, c->eos = gr->eos, c->prompt = prompt_of(r, gr, gen, i, &c->place), rows[i] = i;
+        c->n = 0, c->ends = &gr->ends, c->prompt = prompt_of(r, gr, gen, i, &c->place), rows[i] = i;
         cJSON_Delete(c->turns), c->turns = NULL;
     }
     for (int turn = 0; !st && n > 0; turn++) {

@@ -1,5 +1,5 @@
 /* The tool turns of GRPO's rollouts (--grpo-tools), as TRL's GRPOTrainer(tools=...) makes them: an answer that ends
- * (its end-of-text token, the template's end of turn) calling tools, in the template's form (data/chat_calls.c), has
+ * (an end token: the template's end of turn, or Llama 3.1's <|eom_id|>) calling tools, in the template's form (data/chat_calls.c), has
  * every call run by the user's program (grpo_tools.c), one round over all the rank's rows at once (a call of a tool
  * its prompt's line does not offer answered {"error": "Tool NAME not found."} instead, as TRL's); the results, as
  * the template writes them after an answer, and the assistant's head (dt_chat_tool_suffix) are appended to the
@@ -18,7 +18,7 @@ char *dt_grpo_completion_text(const dt_grpo_run *gr, const dt_grpo_completion *c
     size_t cap = 16, n = 0;
     char *s = malloc(cap);
     for (int t = from; s && t < to; t++) {
-        if (c->toks[t] == gr->eos || !c->mask[t]) continue;
+        if (dt_token_ends_has(&gr->ends, c->toks[t]) || !c->mask[t]) continue;
         size_t k;
         char scratch[16];
         const char *b = dt_token_text(gr->tok, c->toks[t], scratch, &k);
@@ -140,7 +140,7 @@ dt_status dt_grpo_tool_round(dt_grpo_run *gr, const dt_grpo_config *gc, int *row
     dt_status st = all && calls && answers ? DT_OK : dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
     for (int j = 0; !st && j < m; j++) {
         dt_grpo_completion *c = &gr->done[rows[j]];
-        if (c->n == c->seg || c->toks[c->n - 1] != gr->eos) continue; /* cut short, or no end-of-text: no calls */
+        if (c->n == c->seg || !dt_token_ends_has(&gr->ends, c->toks[c->n - 1])) continue; /* cut short, or no end: no calls */
         answers[j] = answer_message(gr, c, &calls[j]);
         cJSON *call;
         /* the completion's number in the run, the same on every layout: a program keeps a rollout's state by it */
