@@ -386,6 +386,19 @@ b=$(OMP_NUM_THREADS=1 "$DTRAIN" generate --model "$dir/lhuge" --ids --prompt 1,2
 [ -n "$a" ] && [ "$a" = "$b" ] && [ "$(echo "$b" | wc -w)" = 21 ] &&
     ok "generate on a model of 2^26 positions: its cache holds the text's 23, the tokens of the 32-position model's" ||
     fail "generate with 2^26 positions: '$b' against '$a'"
+# generate ends the text at generation_config.json's eos_token_id, as Hugging Face's generate stops: listing the greedy
+# text's fifth token ends it before that token's first place, on the cache, without it and through 2 pipeline stages;
+# --ignore-eos writes all 20 again
+t5=$(echo "$a" | awk '{ print $6 }')
+want=$(echo "$a" | awk -v t="$t5" '{ s = $1; for (i = 2; i <= NF && $i != t; i++) s = s " " $i; print s }')
+echo "{\"eos_token_id\": [$t5]}" > "$dir/lhf/generation_config.json"
+g=(generate --model "$dir/lhf" --ids --prompt 1,2,3 --tokens 20 --temperature 0)
+e1=$(OMP_NUM_THREADS=1 "$DTRAIN" "${g[@]}" 2>&1) e2=$(OMP_NUM_THREADS=1 "$DTRAIN" "${g[@]}" --no-cache 2>&1)
+e3=$(OMP_NUM_THREADS=1 "$DTRAIN" "${g[@]}" --nproc 2 --pp 2 2> /dev/null) e4=$(OMP_NUM_THREADS=1 "$DTRAIN" "${g[@]}" --ignore-eos 2>&1)
+[ -n "$t5" ] && [ "$e1" = "$want" ] && [ "$e2" = "$want" ] && [ "$e3" = "$want" ] && [ "$e4" = "$a" ] && [ "$(echo "$want" | wc -w)" -lt 21 ] &&
+    ok "generate ends at generation_config.json's eos_token_id [$t5] ('$want'; the cache, --no-cache and --pp 2 alike; --ignore-eos: all 20)" ||
+    fail "generate's ends [$t5]: want '$want', got '$e1' / '$e2' / '$e3', --ignore-eos '$e4'"
+rm "$dir/lhf/generation_config.json"
 
 echo "train hardening: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -300,7 +300,8 @@ void dt_train_catch_signals(void);
 int dt_train_interrupted(void);
 
 /* Sampling from a trained model: the prompt's tokens, then count tokens
- * drawn as sampling says (random state from seed); each new token goes to
+ * drawn as sampling says (random state from seed), or fewer where one of
+ * ends is drawn (the text ends there, that token not emitted); each new token goes to
  * emit(token, ctx) as soon as it is drawn. On one process with cache, the
  * decoder's key/value cache (weights as quant says); when the context
  * fills, its last half is read again. Without the cache, each token's
@@ -319,6 +320,7 @@ typedef struct {
     int cache;
     dt_quant quant;
     int cuda; /* the cache's decoder on NVIDIA GPU cuda - 1 (0: the CPU) */
+    const dt_token_ends *ends; /* tokens that end the text, not emitted (NULL: count tokens whatever they are) */
 } dt_generate_options;
 dt_status dt_generate(dt_gpt2 **m, dt_comm *pp, const int32_t *prompt, int nprompt, const dt_generate_options *o, dt_emit_fn emit,
                       void *ctx);

@@ -63,18 +63,21 @@ static const dt_cli_flag flags[] = {
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--pp", "a whole number of stages from 1 to 65536" },
     { "--top-p", "a number above 0 and at most 1" }, { "--no-cache", "" }, { "--quantize", "int8 (or none)" },
     { "--tp", "a whole number of tensor-parallel ranks from 1 to 256" }, { "--ids", "" }, { "--tokenizer", "a tokenizer.json" },
-    { "--device", "cpu, cuda or cuda:N" }, { NULL, NULL },
+    { "--device", "cpu, cuda or cuda:N" }, { "--ignore-eos", "" }, { NULL, NULL },
 };
 
 /* dtrain generate --model FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] [--nproc N --pp N] */
 static void usage(void) {
     printf("usage: dtrain generate --model FILE|DIR --prompt TEXT [--tokens 200] [--temperature 0.8] [--top-k 40] [--seed 42]\n"
            "                       [--top-p 1] [--quantize int8] [--no-cache] [--tokenizer tokenizer.json | --bpe ENCODER.json VOCAB.bpe | --ids]\n"
-           "                       [--lora DIR] [--nproc N --pp N|--tp N] [--device cuda[:N]]\n"
+           "                       [--lora DIR] [--nproc N --pp N|--tp N] [--device cuda[:N]] [--ignore-eos]\n"
            "--lora DIR: PEFT's LoRA adapter folder (a LoRA run's --save DIR holds one) merged into the model.\n"
            "Byte-level models (vocabulary 256) read and print bytes; with --tokenizer, a Hugging Face tokenizer.json\n"
            "(byte-level BPE; an HF folder's own is read without it); with --bpe, GPT-2 BPE; with --ids, the prompt\n"
            "is token ids (\"1,2,3\") and the tokens print as ids.\n"
+           "The text ends early at the tokenizer's end of text (its tokenizer_config.json's eos_token; GPT-2's\n"
+           "<|endoftext|>) or another eos_token_id of the model folder's generation_config.json, as Hugging Face's\n"
+           "generate stops; --ignore-eos writes --tokens tokens whatever they are.\n"
            "The prompt is read once into a key/value cache and each token costs one row through the model;\n"
            "--no-cache runs each token's whole window through forward instead (the reference the cache is checked\n"
            "against). --quantize int8: the Linears and the head in int8, a scale per output channel.\n"
@@ -90,7 +93,7 @@ static void usage(void) {
 /* generate's settings. */
 typedef struct {
     const char *model, *lora, *prompt, *enc, *merges;
-    int count, topk, nproc, npp, ntp, cache, ids, cuda, cuda_named;
+    int count, topk, nproc, npp, ntp, cache, ids, cuda, cuda_named, ignore_eos;
     float temp, topp;
     uint64_t seed;
     dt_quant quant;
@@ -108,6 +111,7 @@ static int gen_parse(int argc, char **argv, gen_cli *x) {
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(); return 0; }
         if (!strcmp(f, "--no-cache")) { x->cache = 0; continue; }
         if (!strcmp(f, "--ids")) { x->ids = 1; continue; }
+        if (!strcmp(f, "--ignore-eos")) { x->ignore_eos = 1; continue; }
         if (!strcmp(f, "--bpe")) {
             if (i + 2 >= argc) return dt_cli_flag_error("generate", flags, f, NULL);
             x->enc = argv[i + 1], x->merges = argv[i + 2], i += 2;
@@ -144,6 +148,16 @@ static int gen_parse(int argc, char **argv, gen_cli *x) {
     return -1;
 }
 
+/* The tokens that end the text: tokenizer b's end of text (GPT-2's BPE files': <|endoftext|>; a tokenizer.json's: its
+ * tokenizer_config.json's eos_token) and the model folder's generation_config.json's. */
+static dt_status text_ends(const gen_cli *x, dt_bpe *b, int V, dt_token_ends *e) {
+    int eos = b && x->merges && dt_bpe_vocab_size(b) == 50257 ? 50256 : -1;
+    char found[4200];
+    snprintf(found, sizeof found, "%s/tokenizer.json", x->model);
+    dt_status st = b && !x->merges ? dt_tokenizer_config_read(x->enc ? x->enc : found, b, NULL, &eos, NULL) : DT_OK;
+    return st ? st : dt_token_ends_read(x->model, V, eos, e);
+}
+
 /* The model loaded on this rank, the prompt encoded and the tokens generated (printed by the printer rank). */
 static dt_status gen_run(const gen_cli *x, dt_comm *w, bool tp, bool printer) {
     dt_gpt2 *m;
@@ -157,10 +171,12 @@ static dt_status gen_run(const gen_cli *x, dt_comm *w, bool tp, bool printer) {
     else if (x->ids) st = parse_ids(x->prompt, V, &p, &n);
     else st = dt_bpe_for_model(x->enc, x->merges, V, x->model, "generate", printer, &b);
     if (!st && !x->ids) st = dt_bpe_prompt(b, x->prompt, strlen(x->prompt), true, &p, &n);
+    dt_token_ends ends = { .n = 0 };
+    if (!st && !x->ignore_eos) st = text_ends(x, b, V, &ends);
     if (!st && x->cuda) st = dt_gpu_api_probe(x->cuda - 1); /* before the prompt is printed */
     if (!st) {
         if (printer) printf("%s", x->prompt);
-        dt_generate_options o = { x->count, { x->temp, x->topk, x->topp }, x->seed, x->cache, x->quant, x->cuda };
+        dt_generate_options o = { x->count, { x->temp, x->topk, x->topp }, x->seed, x->cache, x->quant, x->cuda, &ends };
         dt_emit_fn emit = !printer ? emit_none : x->ids ? emit_number : b || V != 256 ? emit_id : emit_byte;
         st = dt_generate(&m, tp ? NULL : w, p, n, &o, emit, b); /* m is NULL after, with the cache */
         if (printer) printf("\n");

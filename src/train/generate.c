@@ -42,6 +42,7 @@ static dt_status generate_windows(dt_gpt2 *m, dt_comm *pp, int32_t *toks, int np
         int32_t next = last ? dt_sample_token(dt_gpt2_logits(m) + (size_t)(T - 1) * c->padded_vocab_size, V, &o->sampling, &s, scratch) : 0;
         /* the last stage's token goes to the first stage's next window (and every stage keeps the text) */
         if (p > 1 && (st = dt_comm_broadcast(pp, &next, 1, DT_I32, p - 1))) break;
+        if (o->ends && dt_token_ends_has(o->ends, next)) break; /* (every stage has the token: all stop) */
         toks[n++] = next;
         if (last) emit(next, ctx);
     }
@@ -50,11 +51,19 @@ static dt_status generate_windows(dt_gpt2 *m, dt_comm *pp, int32_t *toks, int np
     return st;
 }
 
-typedef struct { dt_emit_fn emit; void *ctx; int32_t *toks; int n; } cached_run;
+typedef struct {
+    dt_emit_fn emit;
+    void *ctx;
+    int32_t *toks;
+    int n;
+    const dt_token_ends *ends;
+    bool ended; /* an end was drawn */
+} cached_run;
 
 static int on_token(void *ctx, int32_t token, const float *logits) {
     (void)logits;
     cached_run *r = ctx;
+    if (r->ends && dt_token_ends_has(r->ends, token)) return r->ended = true;
     r->toks[r->n++] = token;
     r->emit(token, r->ctx);
     return 0;
@@ -82,10 +91,10 @@ static dt_status generate_cached(dt_gpt2 **m, int32_t *toks, int nprompt, const 
     } else st = dt_decoder_create_taking(*m, o->quant, 1, rows, positions, &d); /* the weights held once */
     *m = NULL;
     if (!st) st = dt_batcher_create(d, rows, &b);
-    cached_run run = { emit, ctx, toks, nprompt };
+    cached_run run = { emit, ctx, toks, nprompt, o->ends, false };
     uint64_t seed = o->seed;
     int window = nprompt < Tmax ? nprompt : Tmax;
-    while (!st && run.n - nprompt < o->count) {
+    while (!st && !run.ended && run.n - nprompt < o->count) {
         int done = run.n - nprompt;
         dt_infer_request r = { toks + run.n - window, window, o->count - done, o->sampling, seed, on_token, NULL, &run };
         st = dt_batcher_add(b, &r);
