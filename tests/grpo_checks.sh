@@ -112,6 +112,12 @@ q3_run q3gen && q3_run q3tools --grpo-tools 'cmd:cat' && ! grep -qx '</think>' "
     [ "$(grep -A3 -x '<|im_start|>assistant' "$dir/q3tools.out" | grep -cx '</think>')" = 1 ] &&
     ok "--grpo-tools: a prompt's earlier answer by Qwen 3's training form (its empty think block kept; without tools, dropped)" ||
     fail "GRPO prompts' form with tools: $(grep -A4 'step 1, prompt' "$dir/q3tools.out" | head -8)"
+# the reward program's lines keep a float a float, as json.dumps writes it (an earlier call's {"x": 2.0}, not 2)
+printf '%s\n' '{"prompt": [{"role": "user", "content": "Scale 2."}, {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "scale", "arguments": {"x": 2.0, "k": 3}}}]}, {"role": "tool", "name": "scale", "content": "4.0"}, {"role": "user", "content": "Again?"}]}' > "$dir/q3f.jsonl"
+q3_run q3float --max-seq 160 --seq 160 --grpo "$dir/q3f.jsonl" --reward "cmd:tee -a $dir/q3f.seen | awk '{ print 1 }'"
+[ "$(grep -cF '"arguments":{"x":2.0,"k":3}' "$dir/q3f.seen" 2> /dev/null)" = 2 ] &&
+    ok "the reward program reads an earlier call's arguments as written ({\"x\":2.0,\"k\":3}, a float kept)" ||
+    fail "floats in the reward's lines: $(head -c 600 "$dir/q3f.seen" 2> /dev/null) $(tail -1 "$dir/q3float.out")"
 # ---- tools (--grpo-tools): a model fine-tuned on one chat that calls add twice (each result "5") and then answers
 # (Llama 3.1's template, its tools in the prompt's line) rolls out the calls; the program runs them (one {"name",
 # "arguments"} line in, a result line out), each result goes in as the template writes it and the completion goes on;

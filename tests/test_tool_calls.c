@@ -6,6 +6,7 @@
  * template renders none; a call without a name or with arguments that are not an object). The prompts with tools
  * themselves are held to apply_chat_template's in test_sft. */
 #include "serve/serve_internal.h"
+#include "io/json_text.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -174,7 +175,19 @@ static void check_empty(void) {
     cJSON_Delete(h), cJSON_Delete(j);
 }
 
+/* The compact writer (GRPO's reward lines): cJSON_PrintUnformatted's shape, numbers as json.dumps writes them. */
+static void check_compact(void) {
+    const char *in = "{\"a\": [1.0, 2, -0.0, 25e15, 0.5, \"\u00e9\\n\\\"\"], \"b\": {}, \"c\": [], \"d\": [true, false, null]}";
+    const char *want = "{\"a\":[1.0,2,-0.0,2.5e+16,0.5,\"\u00e9\\n\\\"\"],\"b\":{},\"c\":[],\"d\":[true,false,null]}";
+    cJSON *j = dt_json_parse_whole(in);
+    char *got = j ? dt_json_print_compact(j) : NULL;
+    check("a compact line: cJSON's shape, a float kept a float (1.0, -0.0, 2.5e+16), text as it is", got && !strcmp(got, want), got);
+    free(got);
+    cJSON_Delete(j);
+}
+
 int main(void) {
+    check_compact();
     check_parse();
     check_empty();
     check_text_arguments();

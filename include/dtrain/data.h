@@ -195,6 +195,9 @@ dt_status dt_chat_kwargs_read(const struct cJSON *o, dt_chat_kwargs *kw);
 dt_status dt_chat_tojson(const struct cJSON *v, char **buf, size_t *len, size_t *cap);
 /* The same as json.dumps(indent=indent) writes it: each item on its own line, "," and ": " between. */
 dt_status dt_chat_tojson_indent(const struct cJSON *v, int indent, char **buf, size_t *len, size_t *cap);
+/* v on one line with "," and ":" between, as cJSON_PrintUnformatted writes it, but its numbers as the above (a float
+ * stays one: 2.0, not 2) and its text unescaped as json.dumps(ensure_ascii=False); NULL when out of memory. */
+char *dt_json_print_compact(const struct cJSON *v);
 /* A message's content as one text (a string, or {"type": "text", "text"} parts joined; message i, for the error)
  * appended to a growing text (*buf of *len bytes, room for *cap, NUL-terminated), and any bytes so. */
 dt_status dt_chat_message_text(const struct cJSON *content, int i, char **buf, size_t *len, size_t *cap);

@@ -44,7 +44,8 @@ static dt_status put_number(char **buf, size_t *len, size_t *cap, double v, bool
     return put(buf, len, cap, s);
 }
 
-/* v as json.dumps(v, indent=indent) writes it at depth level (indent 0: on one line, ", " between items). */
+/* v as json.dumps(v, indent=indent) writes it at depth level (indent 0: on one line, ", " between items; -1: on one
+ * line, "," and ":" between, as separators=(",", ":")). */
 static dt_status tojson(const cJSON *v, int indent, int level, char **buf, size_t *len, size_t *cap) {
     if (cJSON_IsString(v)) return put_string(buf, len, cap, v->valuestring);
     if (cJSON_IsNumber(v)) return put_number(buf, len, cap, v->valuedouble, v->type & DT_JSON_FLOAT);
@@ -52,20 +53,29 @@ static dt_status tojson(const cJSON *v, int indent, int level, char **buf, size_
     if (cJSON_IsNull(v)) return put(buf, len, cap, "null");
     bool object = cJSON_IsObject(v);
     if (!object && !cJSON_IsArray(v)) return dt_error(DT_ERR_ARG, "not a JSON value");
+    bool lines = indent > 0;
     dt_status st = put(buf, len, cap, object ? "{" : "[");
     for (const cJSON *c = v->child; !st && c; c = c->next) {
         if (c != v->child) st = put(buf, len, cap, indent ? "," : ", ");
-        if (!st && indent) st = put(buf, len, cap, "\n");
+        if (!st && lines) st = put(buf, len, cap, "\n");
         for (int k = 0; !st && k < indent * (level + 1); k++) st = put(buf, len, cap, " ");
         if (!st && object) st = put_string(buf, len, cap, c->string);
-        if (!st && object) st = put(buf, len, cap, ": ");
+        if (!st && object) st = put(buf, len, cap, indent < 0 ? ":" : ": ");
         if (!st) st = tojson(c, indent, level + 1, buf, len, cap);
     }
-    if (!st && indent && v->child) st = put(buf, len, cap, "\n"); /* (an empty one stays {} or []) */
-    for (int k = 0; !st && indent && v->child && k < indent * level; k++) st = put(buf, len, cap, " ");
+    if (!st && lines && v->child) st = put(buf, len, cap, "\n"); /* (an empty one stays {} or []) */
+    for (int k = 0; !st && lines && v->child && k < indent * level; k++) st = put(buf, len, cap, " ");
     return st ? st : put(buf, len, cap, object ? "}" : "]");
 }
 
 dt_status dt_chat_tojson(const cJSON *v, char **buf, size_t *len, size_t *cap) { return tojson(v, 0, 0, buf, len, cap); }
 
 dt_status dt_chat_tojson_indent(const cJSON *v, int indent, char **buf, size_t *len, size_t *cap) { return tojson(v, indent, 0, buf, len, cap); }
+
+char *dt_json_print_compact(const cJSON *v) {
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    if (tojson(v, -1, 0, &buf, &len, &cap) == DT_OK && buf) return buf;
+    free(buf);
+    return NULL;
+}

@@ -47,7 +47,7 @@ static dt_status add_messages(dt_grpo_prompts *gp, const cJSON *msgs, const char
     size_t n = 0;
     dt_status st = dt_chat_prompt(t, msgs, kw, &text, &n);
     if (st) return dt_error(st, "%s: %s", where, dt_last_error());
-    char *json = cJSON_PrintUnformatted(msgs);
+    char *json = dt_json_print_compact(msgs); /* (a float stays one for the reward program, as json.dumps writes it) */
     st = json ? add_prompt(gp, text, json, where, tok, false, T) : dt_error(DT_ERR_NOMEM, "%s: out of memory", where);
     if (!st && kw->tools && !(gp->tools[gp->n - 1] = cJSON_Duplicate(kw->tools, true))) st = dt_error(DT_ERR_NOMEM, "%s: out of memory", where);
     free(text);

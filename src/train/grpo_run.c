@@ -246,7 +246,7 @@ static dt_status score(run *r, dt_grpo_run *gr) {
         int p = c->prompt;
         prompts[i] = gr->prompts.text[p], messages[i] = gr->prompts.messages[p];
         dt_grpo_row(gr->prompts.toks[p], gr->prompts.len[p], c->toks, c->mask, c->n, gr->T, gr->in + (size_t)i * gr->T, gr->tg + (size_t)i * gr->T);
-        if (!(texts[i] = dt_grpo_completion_text(gr, c, 0, c->n, &lens[i])) || (c->turns && !(turns[i] = cJSON_PrintUnformatted(c->turns))))
+        if (!(texts[i] = dt_grpo_completion_text(gr, c, 0, c->n, &lens[i])) || (c->turns && !(turns[i] = dt_json_print_compact(c->turns))))
             st = dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
     }
     if (!st)
