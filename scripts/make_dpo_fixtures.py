@@ -21,6 +21,10 @@ Writes tests/fixtures/dpo/:
                          llama3_1_kwargs: pairs with each row's chat_template_kwargs
   tools_<name>.safetensors  TRL's rows of them: "ids.<k>", "mask.<k>" (only the rows: `make_dpo_fixtures.py tools`
                          writes these alone)
+  losses.safetensors     of the text pairs, TRL's other loss kinds (LOSS_CASES, its metadata "cases": loss_type,
+                         loss_weights, label_smoothing, discopop_tau, the f-divergence): "<k>.loss" and
+                         "<k>.grad.<name>" of LOSS_GRADS (`make_dpo_fixtures.py losses` writes it alone, from the
+                         reference's and the policy's files)
 Run with the baselines' environment (scripts/make-baselines-venv.sh, with trl):
   .venv-baselines/bin/python scripts/make_dpo_fixtures.py
 """
@@ -32,6 +36,7 @@ import tempfile
 
 import torch
 from datasets import Dataset
+from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from trl import DPOConfig, DPOTrainer
@@ -63,11 +68,12 @@ IMPLICIT = [
 ]
 
 
-def dpo_batch(policy, ref, tok, rows, tmp, max_length=MAX):
-    """TRL's loss and gradients of one batch of every pair, and its rows (dtrain's order: chosen, rejected)."""
+def dpo_batch(policy, ref, tok, rows, tmp, max_length=MAX, **settings):
+    """TRL's loss and gradients of one batch of every pair, and its rows (dtrain's order: chosen, rejected); settings: more
+    of DPOConfig's (loss_type and the rest)."""
     args = DPOConfig(output_dir=os.path.join(tmp, "run"), beta=BETA, max_length=max_length, per_device_train_batch_size=len(rows),
                      report_to=[], use_cpu=True, dataset_num_proc=None,
-                     bf16=False)  # TRL defaults to bf16 autocast (on the reference at once): f32, as dtrain here
+                     bf16=False, **settings)  # TRL defaults to bf16 autocast (on the reference at once): f32, as dtrain here
     trainer = DPOTrainer(model=policy, ref_model=ref, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok)
     batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(rows))])
     policy.train()
@@ -83,6 +89,47 @@ def dpo_batch(policy, ref, tok, rows, tmp, max_length=MAX):
         tensors[f"ids.{k}"] = batch["input_ids"][src, :m].to(torch.int32).contiguous()
         tensors[f"mask.{k}"] = batch["completion_mask"][src, :m].to(torch.int32).contiguous()
     return loss, batch, tensors
+
+
+# TRL's loss kinds beside sigmoid (policy.safetensors' own), each on the text pairs from the same policy and reference:
+# DPOConfig's settings as dtrain's flags take them
+LOSS_CASES = [
+    {"loss_type": ["hinge"]}, {"loss_type": ["ipo"]}, {"loss_type": ["exo_pair"], "label_smoothing": 1e-3},
+    {"loss_type": ["nca_pair"]}, {"loss_type": ["robust"], "label_smoothing": 0.1}, {"loss_type": ["bco_pair"]},
+    {"loss_type": ["sppo_hard"]}, {"loss_type": ["apo_zero"]}, {"loss_type": ["apo_down"]},
+    {"loss_type": ["discopop"], "discopop_tau": 0.05}, {"loss_type": ["sft"]}, {"loss_type": ["sigmoid_norm"]},
+    {"loss_type": ["sigmoid", "bco_pair", "sft"], "loss_weights": [0.8, 0.2, 1.0]},  # MPO's mix, TRL's own example
+    {"loss_type": ["sigmoid"], "f_divergence_type": "forward_kl"}, {"loss_type": ["sigmoid"], "f_divergence_type": "js_divergence"},
+    {"loss_type": ["ipo"], "f_divergence_type": "alpha_divergence", "f_alpha_divergence_coef": 0.3},
+    {"loss_type": ["robust", "hinge"], "loss_weights": [0.5, 2.0], "label_smoothing": 0.2},
+]
+# the gradients kept of each (the last norm's and a down projection's: every row's weight reaches them)
+LOSS_GRADS = ["model.norm.weight", "model.layers.1.mlp.down_proj.weight"]
+
+
+def loss_cases():
+    """losses.safetensors: of the text pairs, each LOSS_CASES' loss ("<k>.loss") and gradients ("<k>.grad.<name>"); the
+    cases in its metadata ("cases")."""
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(OUT, "tokenizer.json"), eos_token="<|endoftext|>",
+                                  pad_token="<|endoftext|>")
+    models = []
+    for name in ("ref", "policy"):
+        path = os.path.join(OUT, name + ".safetensors")
+        with safe_open(path, "pt") as f:
+            cfg = LlamaConfig(**json.loads(f.metadata()["config"]))
+            m = LlamaForCausalLM(cfg).float()
+            m.load_state_dict({k: f.get_tensor(k) for k in m.state_dict()})
+        models.append(m)
+    ref, policy = models
+    tensors = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, case in enumerate(LOSS_CASES):
+            loss, _, t = dpo_batch(policy, ref, tok, PAIRS, tmp, **case)
+            tensors[f"{k}.loss"] = t["loss"]
+            for n in LOSS_GRADS:
+                tensors[f"{k}.grad.{n}"] = t["grad." + n]
+            print(f"losses: {k} {case}: {loss.item():.6f}")
+    save_file(tensors, os.path.join(OUT, "losses.safetensors"), metadata={"cases": json.dumps(LOSS_CASES)})
 
 
 def tool_cases():
@@ -134,6 +181,9 @@ def tool_cases():
 def main():
     if sys.argv[1:] == ["tools"]:
         tool_cases()
+        return
+    if sys.argv[1:] == ["losses"]:
+        loss_cases()
         return
     os.makedirs(OUT, exist_ok=True)
     for f in ("tokenizer.json", "tokenizer_config.json"):
@@ -192,6 +242,7 @@ def main():
     print(f"dpo: {n} pairs, loss {loss.item():.6f}, log-ratio margins "
           f"{[round(float(BETA * ((pol_lp[2*i] - ref_lp[2*i]) - (pol_lp[2*i+1] - ref_lp[2*i+1]))), 5) for i in range(n)]}")
     tool_cases()
+    loss_cases()
 
 
 if __name__ == "__main__":

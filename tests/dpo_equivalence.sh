@@ -6,7 +6,10 @@
 # LoRA run saved at step 10 resumes with the same losses (its reference: the base again). Step 1's loss is log 2 (the
 # policy is the reference); bf16 keeps within 1e-3 of f32; --val-data of pairs evaluates the same on 1 and 2 ranks,
 # with its reward accuracy. What cannot be is refused: CP (a rank holds part of each sequence), resuming a run of every weight (the
-# reference is gone), an odd --batch, --dpo-beta without pairs, a pairs file beside an examples file.
+# reference is gone), an odd --batch, --dpo-beta or --dpo-loss without pairs, a pairs file beside an examples file,
+# a loss TRL's that is not built (aot), smoothing out of a loss's range, weights that do not match, an f-divergence a
+# loss has no form under. --dpo-loss ipo on DDP 2, and MPO's mix (sigmoid, bco_pair, sft) on DDP 2 against 2
+# micro-batches (sft's mean is over a micro-batch's tokens, as TRL's per device); a resumed run keeps its loss.
 # usage: dpo_equivalence.sh DTRAIN FIXTURES
 set -u
 DTRAIN=$1
@@ -48,7 +51,7 @@ acc=($(field reward_accuracy "$dir/ref.jsonl"))
 [ "${#acc[@]}" = 20 ] && [ "${acc[0]}" = 0.0000 ] && awk "BEGIN{exit !(${acc[19]} > 0.5)}" && ok=1 || ok=0
 verdict $ok "the metrics' reward accuracy a step: ${acc[0]:-none} at step 1 (the reference), ${acc[19]:-none} at step 20"
 "$DTRAIN" train "${shape[@]}" --batch 8 --steps 1 > "$dir/line.out" 2>&1
-grep -q "preference pairs: 300 from .*train.jsonl, DPO with beta 0.1; the reference (the starting model) scored 600 rows" "$dir/line.out" && ok=1 || ok=0
+grep -q "preference pairs: 300 from .*train.jsonl, DPO with beta 0.1 (sigmoid); the reference (the starting model) scored 600 rows" "$dir/line.out" && ok=1 || ok=0
 verdict $ok "the start line says what trains ($(grep -m1 "preference" "$dir/line.out" | cut -c1-110))"
 run acc --batch 4 --grad-accum 2 && close "2 micro-batches of 2 pairs" "$dir/ref.jsonl" "$dir/acc.jsonl"
 run ddp --batch 4 --nproc 2 && close "DDP 2" "$dir/ref.jsonl" "$dir/ddp.jsonl"
@@ -62,6 +65,16 @@ run ref6 --batch 8 "${deep[@]}"
 run ppi --batch 2 --grad-accum 4 --nproc 2 --pp 2 --pp-schedule interleaved --virtual-stages 2 "${deep[@]}" &&
     close "PP 2, interleaved (2 chunks a stage), 4 micro-batches" "$dir/ref6.jsonl" "$dir/ppi.jsonl"
 run dptp --batch 4 --nproc 4 --tp 2 --zero 2 && close "DP 2 x TP 2, ZeRO-2" "$dir/ref.jsonl" "$dir/dptp.jsonl"
+# TRL's other loss kinds (each against TRL in test_dpo): a pair's own (ipo: over its completions' tokens) gives one
+# process's losses on DDP 2; MPO's mix with sft (the chosen tokens' mean over each micro-batch, as TRL's per device)
+# gives two micro-batches' on DDP 2
+run ipo --batch 8 --dpo-loss ipo && run ipoddp --batch 4 --nproc 2 --dpo-loss ipo && close "--dpo-loss ipo, DDP 2" "$dir/ipo.jsonl" "$dir/ipoddp.jsonl"
+mpo=(--dpo-loss sigmoid,bco_pair,sft --dpo-loss-weights 0.8,0.2,1)
+run mpo --batch 4 --grad-accum 2 "${mpo[@]}" && run mpoddp --batch 4 --nproc 2 "${mpo[@]}" &&
+    close "--dpo-loss sigmoid,bco_pair,sft (MPO), DDP 2 against 2 micro-batches" "$dir/mpo.jsonl" "$dir/mpoddp.jsonl"
+differ=$(paste <(field loss "$dir/ref.jsonl") <(field loss "$dir/ipo.jsonl") <(field loss "$dir/mpo.jsonl") | awk '$1 != $2 && $1 != $3 && $2 != $3 { n++ } END { print n + 0 }')
+[ "$differ" = 20 ] && ok=1 || ok=0
+verdict $ok "sigmoid, ipo and the MPO mix train differently ($differ of 20 steps' losses apart)"
 lora=(--lora-rank 4 --lora-targets q_proj,v_proj,down_proj "${deep[@]}")
 run lref --batch 8 "${lora[@]}"
 run lddp --batch 4 --nproc 2 "${lora[@]}" && close "LoRA, DDP 2" "$dir/lref.jsonl" "$dir/lddp.jsonl"
@@ -75,11 +88,13 @@ if "$DTRAIN" train "${shape[@]}" "${lora[@]}" --quiet --batch 4 --nproc 2 --step
 else
     failed=$((failed + 1)); echo "FAIL save or resume"; tail -n 2 "$dir/a.out" "$dir/b.out"
 fi
-# --resume DIR alone: the data, its tokenizer and beta from the checkpoint
-"$DTRAIN" train "${shape[@]}" "${lora[@]}" --dpo-beta 0.3 --quiet --batch 8 --steps 2 --save "$dir/b3" > /dev/null 2>&1
-"$DTRAIN" train --resume "$dir/b3" --steps 3 > "$dir/b3.out" 2>&1 && grep -q "DPO with beta 0.3; the reference (the base, adapters off)" "$dir/b3.out" &&
+# --resume DIR alone: the data, its tokenizer, beta and the loss from the checkpoint
+"$DTRAIN" train "${shape[@]}" "${lora[@]}" --dpo-beta 0.3 --dpo-loss robust,hinge --dpo-loss-weights 0.5,2 --dpo-label-smoothing 0.2 \
+    --dpo-f-divergence js_divergence --quiet --batch 8 --steps 2 --save "$dir/b3" > /dev/null 2>&1
+"$DTRAIN" train --resume "$dir/b3" --steps 3 > "$dir/b3.out" 2>&1 &&
+    grep -qF "DPO with beta 0.3 (robust x 0.5 + hinge x 2, js_divergence, label smoothing 0.2); the reference (the base, adapters off)" "$dir/b3.out" &&
     grep -q "^step 3/3" "$dir/b3.out" && ok=1 || ok=0
-verdict $ok "--resume DIR alone goes on with its pairs, tokenizer and beta ($(grep -o 'DPO with beta [0-9.]*' "$dir/b3.out"))"
+verdict $ok "--resume DIR alone goes on with its pairs, tokenizer, beta and loss ($(grep -o 'DPO with beta [^;]*' "$dir/b3.out"))"
 # bf16 (the logits' gradient made in the head's 16-bit backward, each row weighed there): near f32's, DDP 2 near it
 run b16 --batch 8 --precision bf16
 run b16ddp --batch 4 --nproc 2 --precision bf16
@@ -107,5 +122,12 @@ refused "an odd --batch" "even --batch" train "${shape[@]}" --batch 3
 head -n 40 "$dir/all.jsonl" | sed 's/"chosen": /"completion": /; s/, "rejected": "[^"]*"//' > "$dir/sft.jsonl"
 refused "--dpo-beta without pairs" "holds no preference pairs" train "${shape[@]}" --batch 8 --data "$dir/sft.jsonl" --dpo-beta 0.2
 refused "examples beside pairs" "holds examples" train "${shape[@]}" --batch 8 --val-data "$dir/sft.jsonl"
+refused "--dpo-loss without pairs" "--dpo-loss: --data" train "${shape[@]}" --batch 8 --data "$dir/sft.jsonl" --dpo-loss ipo
+refused "TRL's aot, not built (a sort across the batch)" "--dpo-loss aot" train "${shape[@]}" --batch 8 --dpo-loss aot
+refused "robust's smoothing of 0.5" "robust's flip probability lies in" train "${shape[@]}" --batch 8 --dpo-loss robust --dpo-label-smoothing 0.5
+refused "exo_pair without smoothing" "exo_pair's epsilon lies in (0, 1)" train "${shape[@]}" --batch 8 --dpo-loss exo_pair
+refused "weights that do not match the losses" "2 weights for 1 losses" train "${shape[@]}" --batch 8 --dpo-loss ipo --dpo-loss-weights 1,2
+refused "an f-divergence with a loss it has no form for" "bco_pair has no form under it" train "${shape[@]}" --batch 8 --dpo-loss bco_pair \
+    --dpo-f-divergence forward_kl
 echo "dpo equivalence: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -1,7 +1,8 @@
 /* Direct preference optimization against TRL's DPOTrainer (scripts/make_dpo_fixtures.py): the pairs' rows (tokens and
  * completion masks; text pairs, conversational ones rendered by ChatML, pairs whose prompt is implicit) are TRL's; the reference's log-probabilities, recorded by forwards of the reference's weights, are
  * TRL's; the policy's loss over one batch of every pair and every weight's gradient are TRL's; the same pairs in two
- * micro-batches (each the mean over its pairs, grad_scale 1/2) give the same loss and gradients; bad pair files are
+ * micro-batches (each the mean over its pairs, grad_scale 1/2) give the same loss and gradients; TRL's other loss kinds,
+ * their mixes and f-divergences (losses.safetensors) give its loss and two tensors' gradients; bad pair files are
  * refused naming the file and line. */
 #include "dtrain/data.h"
 #include "dtrain/io.h"
@@ -113,7 +114,7 @@ static void check_trl(const char *dir, const char *name) {
     if (!st) st = fixture_config(ref, path, &cfg);
     if (!st) st = dt_program_create(&cfg, &p);
     size_t rows = d ? dt_sft_rows(d) : 0;
-    if (!st) st = dt_dpo_create(0.1, rows, &dpo);
+    if (!st) st = dt_dpo_create(&(dt_dpo_config){ .beta = 0.1 }, rows, &dpo);
     if (!st) st = dt_program_set_token_loss(p, dt_dpo_token_loss, dpo);
     if (!st) st = load_weights(p, dir, "policy", NULL);
     snprintf(path, sizeof path, "%s/dpo/%s.safetensors", dir, texts ? "policy" : name);
@@ -191,6 +192,122 @@ out:
     dt_sft_destroy(d);
 }
 
+/* The worst relative error of m's gradients of the named tensors against f's "<prefix><name>" (each must be there). */
+static dt_status named_grads_err(dt_safetensors *f, const dt_model *m, const char *prefix, const cJSON *names, double *worst) {
+    const cJSON *n;
+    int found = 0;
+    *worst = 0;
+    cJSON_ArrayForEach(n, names) {
+        for (int i = 0; i < m->ntensors; i++) {
+            const dt_tensor_info *t = &m->tensors[i];
+            char piece[128], key[200];
+            int ndim, dims[4];
+            size_t at, count = 1;
+            if (dt_tensor_hf_pieces(t) != 1) continue;
+            dt_tensor_hf_piece(t, 0, piece, sizeof piece, &ndim, dims, &at);
+            if (strcmp(piece, n->valuestring)) continue;
+            for (int d = 0; d < ndim; d++) count *= (size_t)dims[d];
+            float *want = malloc(count * sizeof(float));
+            snprintf(key, sizeof key, "%s%s", prefix, piece);
+            dt_status st = want ? dt_safetensors_read(f, key, ndim, dims, 0, want) : dt_error(DT_ERR_NOMEM, "out of memory");
+            if (!st) *worst = fmax(*worst, rel_err(m->grads(m->self) + t->offset + at, want, count)), found++;
+            free(want);
+            if (st) return st;
+        }
+    }
+    return found == cJSON_GetArraySize(names) ? DT_OK : dt_error(DT_ERR_IO, "%d of %d named gradients found", found, cJSON_GetArraySize(names));
+}
+
+/* A case of losses.safetensors' metadata as DPOConfig's settings into c (beta 0.1, as the fixtures'). */
+static dt_status case_config(const cJSON *o, dt_dpo_config *c) {
+    *c = (dt_dpo_config){ .beta = 0.1 };
+    const cJSON *kinds = cJSON_GetObjectItemCaseSensitive(o, "loss_type"), *w = cJSON_GetObjectItemCaseSensitive(o, "loss_weights"), *x;
+    const cJSON *div = cJSON_GetObjectItemCaseSensitive(o, "f_divergence_type");
+    char list[200] = "";
+    cJSON_ArrayForEach(x, kinds) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", *list ? "," : "", x->valuestring);
+    dt_status st = dt_dpo_losses_parse(list, c);
+    cJSON_ArrayForEach(x, w) c->weight[c->nweights++] = x->valuedouble;
+    if (!st && cJSON_IsString(div)) st = dt_dpo_divergence_parse(div->valuestring, c);
+    double e = fixture_number(o, "label_smoothing"), tau = fixture_number(o, "discopop_tau"), a = fixture_number(o, "f_alpha_divergence_coef");
+    if (!isnan(e)) c->label_smoothing = e;
+    if (!isnan(tau)) c->discopop_tau = tau;
+    if (!isnan(a)) c->f_alpha = a;
+    return st;
+}
+
+/* TRL's other loss kinds (losses.safetensors: each case's loss and two gradients) on the text pairs, from the policy and
+ * reference of policy.safetensors, one batch of every pair. */
+static void check_losses(const char *dir) {
+    enum { PAIRS = 4 };
+    dt_sft *d = NULL;
+    dt_safetensors *ref = NULL, *f = NULL;
+    dt_program *p = NULL;
+    dt_lm_config cfg;
+    cJSON *cases = NULL, *names = cJSON_CreateStringArray((const char *const[]){ "model.norm.weight", "model.layers.1.mlp.down_proj.weight" }, 2);
+    char path[600], lpath[600];
+    snprintf(path, sizeof path, "%s/dpo/ref.safetensors", dir);
+    snprintf(lpath, sizeof lpath, "%s/dpo/losses.safetensors", dir);
+    dt_status st = load_pairs(dir, "pairs.jsonl", &d);
+    if (!st) st = dt_safetensors_open(path, &ref);
+    if (!st) st = fixture_config(ref, path, &cfg);
+    if (!st) st = dt_program_create(&cfg, &p);
+    if (!st) st = dt_safetensors_open(lpath, &f);
+    if (!st) st = fixture_settings(f, lpath, "cases", &cases);
+    int32_t in[2 * PAIRS * T], tg[2 * PAIRS * T];
+    for (size_t k = 0; !st && k < 2 * PAIRS; k++) dt_sft_row(d, k, in + k * T, tg + k * T);
+    double worst_loss = 0, worst_grad = 0;
+    char worst_l[224] = "", worst_g[224] = "";
+    int k = 0;
+    const cJSON *c;
+    dt_model m;
+    if (!st) dt_program_model(p, &m);
+    cJSON_ArrayForEach(c, cases) {
+        dt_dpo_config dc;
+        dt_dpo *dpo = NULL;
+        float loss = 0, want = 0;
+        char key[64], desc[160];
+        int n1 = 1;
+        if (!st) st = case_config(c, &dc);
+        if (!st) st = dt_dpo_create(&dc, 2 * PAIRS, &dpo);
+        if (!st) st = dt_program_set_token_loss(p, dt_dpo_token_loss, dpo);
+        dt_dpo_set_reference(dpo, true);
+        if (!st && !(st = load_weights(p, dir, "ref", NULL)) && !(st = pass(p, dpo, in, tg, 0, 2 * PAIRS, 0, &loss)))
+            st = load_weights(p, dir, "policy", NULL);
+        dt_dpo_set_reference(dpo, false);
+        dt_dpo_restart(dpo);
+        dt_program_zero_grad(p);
+        snprintf(key, sizeof key, "%d.loss", k);
+        if (!st && !(st = pass(p, dpo, in, tg, 0, 2 * PAIRS, 1.0f, &loss)) && !(st = dt_safetensors_read(f, key, 1, &n1, 0, &want))) {
+            double el = fabs(loss - want) / fabs(want), eg;
+            /* forward KL's exp(-c), the alpha divergence's exp((alpha - 1) c) and discopop's exp(-beta delta) amplify the log-probabilities' f32 rounding (TRL's sums
+             * and dtrain's part by ~1e-6; a log-ratio here reaches -3.6: 37x): a tenfold tolerance for those */
+            bool amplified = dc.divergence == DT_DPO_FORWARD_KL || dc.divergence == DT_DPO_ALPHA_DIVERGENCE;
+            for (int i = 0; i < dc.nloss; i++) amplified |= dc.loss[i] == DT_DPO_DISCOPOP;
+            double tl = amplified ? 2e-5 : 2e-6, tg = amplified ? 1e-4 : 1e-5; /* (squares: ipo, sppo_hard double it) */
+            snprintf(key, sizeof key, "%d.grad.", k);
+            st = named_grads_err(f, &m, key, names, &eg);
+            dt_dpo_config_resolve(&dc);
+            dt_dpo_config_describe(&dc, desc, sizeof desc);
+            if (!st && el / tl > worst_loss) snprintf(worst_l, sizeof worst_l, "%s %.1e", desc, el);
+            if (!st && eg / tg > worst_grad) snprintf(worst_g, sizeof worst_g, "%s %.1e", desc, eg);
+            worst_loss = fmax(worst_loss, el / tl), worst_grad = fmax(worst_grad, eg / tg);
+            if (!st && (el > tl || eg > tg)) printf("   %s: loss %.7f against TRL's %.7f (%.1e), gradients %.1e\n", desc, loss, want, el, eg);
+        }
+        dt_dpo_destroy(dpo);
+        k++;
+    }
+    char what[160], detail[560];
+    snprintf(what, sizeof what, "%d loss kinds and mixes more (loss_type, weights, smoothing, f-divergences): TRL's loss, gradients", k);
+    snprintf(detail, sizeof detail, "the worst of their tolerance: loss %.2f (%s), gradients %.2f (%s)", worst_loss, worst_l, worst_grad, worst_g);
+    if (!st) check(what, k >= 17 && worst_loss <= 1 && worst_grad <= 1, detail);
+    else printf("FAIL dpo losses: %s\n", dt_last_error()), failed++;
+    cJSON_Delete(cases), cJSON_Delete(names);
+    dt_program_destroy(p);
+    dt_safetensors_close(ref);
+    dt_safetensors_close(f);
+    dt_sft_destroy(d);
+}
+
 /* A file that must be refused with a message holding needle and the file:line. */
 static void refused(const char *dir, const char *what, const char *text, int line, const char *needle) {
     char path[] = "/tmp/dtrain_dpo_XXXXXX";
@@ -218,6 +335,7 @@ int main(int argc, char **argv) {
     check_trl(dir, "pairs");
     check_trl(dir, "chat");
     check_trl(dir, "implicit");
+    check_losses(dir);
     check_tool_rows(dir, "qwen2_5", "tokenizer.json", DT_CHAT_QWEN25);
     check_tool_rows(dir, "llama3_1", "llama3_tokenizer.json", DT_CHAT_LLAMA31);
     /* each row's chat_template_kwargs: Qwen 3's thinking off, Llama 3.1's date and its tools in the system turn */
@@ -230,7 +348,7 @@ int main(int argc, char **argv) {
     refused(dir, "refused: pairs and examples in one file", "{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"c\"}\n"
             "{\"prompt\": \"a\", \"completion\": \"b\"}\n", 2, "one kind");
     dt_dpo *d = NULL;
-    check("refused: beta 0", dt_dpo_create(0, 2, &d) && strstr(dt_last_error(), "--dpo-beta"), dt_last_error());
+    check("refused: beta below 0", dt_dpo_create(&(dt_dpo_config){ .beta = -1 }, 2, &d) && strstr(dt_last_error(), "--dpo-beta"), dt_last_error());
     snprintf(rm, sizeof rm, "rm -rf %s", cache);
     if (system(rm) != 0) printf("   (could not remove %s)\n", cache);
     printf("%s\n", failed ? "test_dpo: FAILED" : "test_dpo: all passed");

@@ -42,6 +42,45 @@ typedef struct {
                                * max_tool_calling_iterations; 0: as many as its row holds) */
 } dt_grpo_config;
 
+/* DPO's loss as TRL's DPOConfig sets it (train/dpo_loss.c): loss_type's kinds, each a pair's loss from its chosen and
+ * rejected log-ratios (the policy's log-probability of the completion less the reference's) but sft (the chosen
+ * completions' cross-entropy, the mean over a micro-batch's scored tokens), summed by loss_weights; label_smoothing
+ * (robust's flip probability, exo_pair's epsilon), discopop_tau, and the f-divergence whose derivative scores the
+ * log-ratios (f_divergence_type, f_alpha_divergence_coef). */
+typedef enum {
+    DT_DPO_SIGMOID, DT_DPO_HINGE, DT_DPO_IPO, DT_DPO_EXO_PAIR, DT_DPO_NCA_PAIR, DT_DPO_ROBUST, DT_DPO_BCO_PAIR, DT_DPO_SPPO_HARD,
+    DT_DPO_APO_ZERO, DT_DPO_APO_DOWN, DT_DPO_DISCOPOP, DT_DPO_SFT, DT_DPO_SIGMOID_NORM, DT_DPO_NKINDS
+} dt_dpo_kind;
+typedef enum { DT_DPO_REVERSE_KL, DT_DPO_FORWARD_KL, DT_DPO_JS_DIVERGENCE, DT_DPO_ALPHA_DIVERGENCE } dt_dpo_divergence;
+#define DT_DPO_MAX_LOSSES 8
+typedef struct {
+    double beta;               /* --dpo-beta (0: TRL's 0.1) */
+    int nloss;                 /* --dpo-loss KIND[,KIND..] (0: sigmoid alone) */
+    dt_dpo_kind loss[DT_DPO_MAX_LOSSES];
+    int nweights;              /* --dpo-loss-weights W[,W..] (0: 1 each) */
+    double weight[DT_DPO_MAX_LOSSES];
+    double label_smoothing;    /* --dpo-label-smoothing (0) */
+    double discopop_tau;       /* --dpo-discopop-tau (0: TRL's 0.05) */
+    dt_dpo_divergence divergence; /* --dpo-f-divergence */
+    double f_alpha;            /* --dpo-f-alpha (0: TRL's 0.5) */
+} dt_dpo_config;
+/* --dpo-loss's list, --dpo-loss-weights' and --dpo-f-divergence's name into c; an error naming what is read. */
+dt_status dt_dpo_losses_parse(const char *list, dt_dpo_config *c);
+dt_status dt_dpo_weights_parse(const char *list, dt_dpo_config *c);
+dt_status dt_dpo_divergence_parse(const char *name, dt_dpo_config *c);
+/* c's settings as TRL takes them (defaults filled), or an error naming the flag: a kind's label smoothing out of its
+ * range, weights that do not match the kinds, an f-divergence with a kind it has no form for. */
+dt_status dt_dpo_config_resolve(dt_dpo_config *c);
+/* c's loss as it reads ("sigmoid", "sigmoid x 0.8 + bco_pair x 0.2 + sft", with its settings). */
+void dt_dpo_config_describe(const dt_dpo_config *c, char *buf, size_t cap);
+const char *dt_dpo_kind_name(dt_dpo_kind k);
+const char *dt_dpo_divergence_name(dt_dpo_divergence d);
+/* A pair's loss by c (resolved) but its sft part, from its chosen and rejected log-ratios (nc, nr: their scored
+ * tokens, ipo's and sigmoid_norm's lengths), and its derivatives by them (*dc, *dr). */
+double dt_dpo_pair_loss(const dt_dpo_config *c, double chosen, double rejected, int nc, int nr, double *dc, double *dr);
+/* sft's weight among c's kinds (0: not one). */
+double dt_dpo_sft_weight(const dt_dpo_config *c);
+
 typedef struct {
     const char *model;        /* preset (d6, 124M, ...) or an llm.c model file */
     const char *init;         /* image models: start from this torchvision state dict (safetensors) */
@@ -92,7 +131,7 @@ typedef struct {
     const char *tokenizer;    /* --tokenizer tokenizer.json: --data FILE.jsonl's (NULL: the --model folder's) */
     const char *chat_template; /* --chat-template KIND|none (data/chat_template.c) (NULL: the tokenizer_config.json's) */
     int pack;                 /* --pack: a .jsonl's examples packed into rows (TRL's packing, best-fit decreasing) */
-    double dpo_beta;          /* --dpo-beta (0: TRL's 0.1): preference pairs in --data train by DPO */
+    dt_dpo_config dpo;        /* --dpo-beta, --dpo-loss and the rest: preference pairs in --data train by DPO */
     dt_grpo_config grpo;      /* --grpo PROMPTS and its flags */
     float moe_z_loss;         /* --moe-z-loss X: the router z-loss's coefficient (0: none) */
     float moe_seq_aux_loss;   /* --moe-seq-aux-loss X: the sequence-wise balancing loss's (0: none) */
@@ -339,7 +378,7 @@ dt_status dt_generate_split(dt_gpt2 *whole, dt_comm *w, bool tp, dt_tp_ops *ops,
  * naming the key. */
 dt_status dt_train_config_load(const char *path, dt_train_config *c);
 
-/* Direct preference optimization (train/dpo.c), TRL's DPOTrainer's sigmoid loss over rows of preference pairs
+/* Direct preference optimization (train/dpo.c), TRL's DPOTrainer's loss (c: resolved) over rows of preference pairs
  * (dt_sft_pairs: row 2i chosen, 2i + 1 rejected), nrows of them. dt_dpo_token_loss is a program's token loss (ctx: the
  * dt_dpo): before each forward with targets, the first of its rows is queued (dt_dpo_queue; dt_dpo_restart empties the
  * queue, each step). With dt_dpo_set_reference on, forwards record the rows' reference log-probabilities (loss 0);
@@ -348,7 +387,7 @@ dt_status dt_train_config_load(const char *path, dt_train_config *c);
  * accuracy (chosen's reward above rejected's), chosen's and rejected's rewards (beta times the log-ratios), loss. */
 typedef struct dt_dpo dt_dpo;
 enum { DT_DPO_PAIRS, DT_DPO_ACCURATE, DT_DPO_CHOSEN, DT_DPO_REJECTED, DT_DPO_LOSS, DT_DPO_NSTATS };
-dt_status dt_dpo_create(double beta, size_t nrows, dt_dpo **out);
+dt_status dt_dpo_create(const dt_dpo_config *c, size_t nrows, dt_dpo **out);
 void dt_dpo_destroy(dt_dpo *d);
 dt_status dt_dpo_queue(dt_dpo *d, size_t row);
 void dt_dpo_restart(dt_dpo *d);

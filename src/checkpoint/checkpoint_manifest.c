@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static void model_section(cJSON *j, const dt_checkpoint_model *cm) {
     const dt_model *m = &cm->m;
@@ -85,6 +86,21 @@ static void schedule_section(cJSON *j, const dt_train_config *c) {
     cJSON_AddStringToObject(x, "decay_type", dt_decay_type_name(c->sched.decay_type));
 }
 
+/* DPO's loss as given (each only where given: a resumed run reads back what was said). */
+static void dpo_settings(cJSON *x, const dt_dpo_config *d) {
+    if (d->beta > 0) cJSON_AddNumberToObject(x, "dpo_beta", d->beta);
+    if (d->nloss) {
+        char kinds[256] = "";
+        for (int i = 0; i < d->nloss; i++) snprintf(kinds + strlen(kinds), sizeof kinds - strlen(kinds), "%s%s", i ? "," : "", dt_dpo_kind_name(d->loss[i]));
+        cJSON_AddStringToObject(x, "dpo_loss", kinds);
+    }
+    if (d->nweights) cJSON_AddItemToObject(x, "dpo_loss_weights", cJSON_CreateDoubleArray(d->weight, d->nweights));
+    if (d->label_smoothing > 0) cJSON_AddNumberToObject(x, "dpo_label_smoothing", d->label_smoothing);
+    if (d->discopop_tau > 0) cJSON_AddNumberToObject(x, "dpo_discopop_tau", d->discopop_tau);
+    if (d->divergence != DT_DPO_REVERSE_KL) cJSON_AddStringToObject(x, "dpo_f_divergence", dt_dpo_divergence_name(d->divergence));
+    if (d->f_alpha > 0) cJSON_AddNumberToObject(x, "dpo_f_alpha", d->f_alpha);
+}
+
 /* The codec's flags in the settings section x: --resume DIR alone goes on compressing as the run did. */
 static void codec_settings(cJSON *x, const dt_codec_config *k) {
     if (k->kind == DT_CODEC_NONE) return;
@@ -134,7 +150,7 @@ static void settings_section(cJSON *j, const dt_train_config *c, int nranks, con
     if (c->tokenizer) cJSON_AddStringToObject(x, "tokenizer", realpath(c->tokenizer, where) ? where : c->tokenizer);
     if (c->chat_template) cJSON_AddStringToObject(x, "chat_template", c->chat_template);
     if (c->pack) cJSON_AddBoolToObject(x, "pack", 1);
-    if (c->dpo_beta > 0) cJSON_AddNumberToObject(x, "dpo_beta", c->dpo_beta);
+    dpo_settings(x, &c->dpo);
     if (c->moe_z_loss > 0) cJSON_AddNumberToObject(x, "moe_z_loss", c->moe_z_loss);
     if (c->moe_seq_aux_loss > 0) cJSON_AddNumberToObject(x, "moe_seq_aux_loss", c->moe_seq_aux_loss);
     if (c->moe_global_aux_loss > 0) cJSON_AddNumberToObject(x, "moe_global_aux_loss", c->moe_global_aux_loss);

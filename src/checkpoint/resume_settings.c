@@ -125,7 +125,22 @@ static dt_status take_shape(const cJSON *j, const char *kind, const char *mpath,
     return DT_OK;
 }
 
-/* What it read: the data and validation files, the tokenizer, a chat template and packing, DPO's beta, the router's
+/* DPO's loss as the run was given it (a manifest's values, checked again when the run makes its loss). */
+static void take_dpo(const cJSON *j, dt_dpo_config *d) {
+    dt_ckpt_number(j, "settings", "dpo_beta", "", &d->beta);
+    dt_ckpt_number(j, "settings", "dpo_label_smoothing", "", &d->label_smoothing);
+    dt_ckpt_number(j, "settings", "dpo_discopop_tau", "", &d->discopop_tau);
+    dt_ckpt_number(j, "settings", "dpo_f_alpha", "", &d->f_alpha);
+    const char *kinds = dt_ckpt_string(j, "settings", "dpo_loss"), *div = dt_ckpt_string(j, "settings", "dpo_f_divergence");
+    if (kinds) (void)dt_dpo_losses_parse(kinds, d);
+    if (div) (void)dt_dpo_divergence_parse(div, d);
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "settings"), *w = s ? cJSON_GetObjectItemCaseSensitive(s, "dpo_loss_weights") : NULL, *x;
+    if (!cJSON_IsArray(w) || cJSON_GetArraySize(w) > DT_DPO_MAX_LOSSES) return;
+    d->nweights = 0;
+    cJSON_ArrayForEach(x, w) if (cJSON_IsNumber(x)) d->weight[d->nweights++] = x->valuedouble;
+}
+
+/* What it read: the data and validation files, the tokenizer, a chat template and packing, DPO's loss, the router's
  * z-loss and sequence-wise balancing loss. */
 static void take_data(const cJSON *j, dt_train_config *c) {
     static char data[PATH_MAX], val[PATH_MAX], tokenizer[PATH_MAX], chat[32];
@@ -134,8 +149,7 @@ static void take_data(const cJSON *j, dt_train_config *c) {
     c->tokenizer = take_string(j, "settings", "tokenizer", c->tokenizer, tokenizer, sizeof tokenizer);
     c->chat_template = take_string(j, "settings", "chat_template", c->chat_template, chat, sizeof chat);
     take_bool(j, "settings", "pack", &c->pack);
-    double beta;
-    if (!dt_ckpt_number(j, "settings", "dpo_beta", "", &beta)) c->dpo_beta = beta;
+    take_dpo(j, &c->dpo);
     take_float(j, "settings", "moe_z_loss", &c->moe_z_loss);
     take_float(j, "settings", "moe_seq_aux_loss", &c->moe_seq_aux_loss);
     take_float(j, "settings", "moe_global_aux_loss", &c->moe_global_aux_loss);

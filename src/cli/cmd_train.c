@@ -70,13 +70,19 @@ static void usage(FILE *f) {
             "                     lists of messages: the completion's turns scored from where they begin), one\n"
             "                     example a row of --seq (cut or padded), the loss on the assistant's turns or the\n"
             "                     completion only (TRL's SFTTrainer's), the mean over the global batch's scored tokens;\n"
-            "                     or {\"prompt\", \"chosen\", \"rejected\"} preference pairs: DPO (TRL's DPOTrainer's sigmoid\n"
-            "                     loss; the reference: the starting model, LoRA's base; a pair is two rows of --batch);\n"
+            "                     or {\"prompt\", \"chosen\", \"rejected\"} preference pairs: DPO (TRL's DPOTrainer's losses,\n"
+            "                     --dpo-loss; the reference: the starting model, LoRA's base; a pair is two rows of --batch);\n"
             "                     a line's \"tools\" and \"chat_template_kwargs\" (enable_thinking, date_string,\n"
             "                     tools_in_user_message) go to its chat template, as TRL passes a row's\n"
             "  --pack             FILE.jsonl's examples packed into rows of --seq (TRL's packing: best-fit\n"
             "                     decreasing, each example cut at --seq; attention and positions stay in each)\n"
             "  --dpo-beta X       DPO's beta, how far from the reference the policy may go (0.1, TRL's default)\n"
+            "  --dpo-loss KINDS   TRL's loss_type, comma-separated to sum them (MPO: sigmoid,bco_pair,sft):\n"
+            "                     sigmoid (DPO's, the default), hinge, ipo, exo_pair, nca_pair, robust, bco_pair,\n"
+            "                     sppo_hard, apo_zero, apo_down, discopop, sft, sigmoid_norm; --dpo-loss-weights\n"
+            "                     W,.. (1 each), --dpo-label-smoothing E (robust's flip probability, exo_pair's\n"
+            "                     epsilon), --dpo-discopop-tau T (0.05), --dpo-f-divergence reverse_kl|forward_kl|\n"
+            "                     js_divergence|alpha_divergence (f-DPO; --dpo-f-alpha A, 0.5)\n"
             "  --grpo FILE        GRPO (TRL's GRPOTrainer): each step rolls out --grpo-group G (8) completions of the\n"
             "                     next prompts of FILE (.jsonl of {\"prompt\": text} or {\"prompt\": [messages]}, the\n"
             "                     chat template's prompt, with a line's \"tools\" in it; or a prompt a line) with the\n"
@@ -311,7 +317,7 @@ static const dt_cli_flag flags[] = {
     { "--strategy", "single, ddp, zero1, zero2 or zero3" }, { "--zero", "1, 2 or 3" }, { "--metrics", "a file path" }, { "--tensorboard", "a folder" },
     { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
     { "--report", "a directory" }, { "--config", "a JSON file" },
-    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--lora-dropout", "a probability from 0 to 0.999" }, { "--dpo-beta", "a number from 1e-6 to 1e6" }, { "--grpo", "a prompts file (.jsonl of {\"prompt\": text}, or one a line)" }, { "--reward", "contains:WORD, count:WORD or cmd:COMMAND" }, { "--chat-template-kwargs", "a JSON object" }, { "--grpo-loss", "dapo, grpo or dr_grpo" }, { "--grpo-kl", "corrected or plain" },
+    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--lora-dropout", "a probability from 0 to 0.999" }, { "--dpo-beta", "a number from 1e-6 to 1e6" }, { "--dpo-loss", "sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, sppo_hard, apo_zero, apo_down, discopop, sft or sigmoid_norm, comma-separated" }, { "--dpo-loss-weights", "numbers, comma-separated, one a --dpo-loss kind" }, { "--dpo-label-smoothing", "a number from 0 to 0.999" }, { "--dpo-discopop-tau", "a number from 1e-6 to 1e6" }, { "--dpo-f-divergence", "reverse_kl, forward_kl, js_divergence or alpha_divergence" }, { "--dpo-f-alpha", "a number from 1e-6 to 1000" }, { "--grpo", "a prompts file (.jsonl of {\"prompt\": text}, or one a line)" }, { "--reward", "contains:WORD, count:WORD or cmd:COMMAND" }, { "--chat-template-kwargs", "a JSON object" }, { "--grpo-loss", "dapo, grpo or dr_grpo" }, { "--grpo-kl", "corrected or plain" },
     { "--grpo-group", "a whole number from 2 to 4096" }, { "--grpo-iterations", "a whole number from 1 to 1000" }, { "--grpo-tool-turns", "a whole number from 0 to 1000000" }, { "--grpo-tools", "cmd:COMMAND or proc:COMMAND" }, { "--grpo-beta", "a number from 0 to 1e6" }, { "--grpo-epsilon", "a number from 0 to 1e3" },
     { "--completion-tokens", "a whole number from 1 to 1e6" }, { "--temperature", "a number from 0 to 100" }, { "--top-k", "a whole number from 0 (all) to 2^30" },
     { "--lora-targets", "module names, comma-separated (c_attn,c_proj; q_proj,v_proj)" },
@@ -463,6 +469,9 @@ static int layout_flag(const char *f, const char *v, dt_train_config *c) {
 static int run_flag(const char *f, const char *v, dt_train_config *c) {
     bool ok = true;
     if (!strcmp(f, "--grpo-loss")) ok = !dt_grpo_loss_parse(v, &c->grpo.loss);
+    else if (!strcmp(f, "--dpo-loss")) ok = !dt_dpo_losses_parse(v, &c->dpo);
+    else if (!strcmp(f, "--dpo-loss-weights")) ok = !dt_dpo_weights_parse(v, &c->dpo);
+    else if (!strcmp(f, "--dpo-f-divergence")) ok = !dt_dpo_divergence_parse(v, &c->dpo);
     else if (!strcmp(f, "--grpo-kl")) ok = !strcmp(v, "corrected") || !strcmp(v, "plain"), c->grpo.plain_kl = !strcmp(v, "plain");
     else if (!strcmp(f, "--chat-template")) ok = !dt_chat_kind_parse(v, &(dt_chat_kind){ 0 }), c->chat_template = v;
     else if (!strcmp(f, "--trace-steps")) ok = !dt_trace_parse_steps(v, &c->trace_first, &c->trace_last);
@@ -552,7 +561,7 @@ static int number_flag(const char *f, const char *v, dt_train_config *c, train_o
         { "--expert-groups", 1, 4096, 1, &c->shape.expert_groups, 'i' }, { "--group-top-k", 1, 4096, 1, &c->shape.group_top_k, 'i' },
         { "--routed-scale", 1e-6, 1e3, 0, &c->shape.routed_scale, 'f' }, { "--bias-update", 0, 1, 0, &c->shape.bias_rate, 'f' },
         { "--capacity-factor", 1e-6, 1e3, 0, &c->shape.capacity_factor, 'f' }, { "--lora-rank", 1, 65536, 1, &c->lora.rank, 'i' },
-        { "--lora-alpha", 1e-6, 1e6, 0, &c->lora.alpha, 'f' }, { "--lora-dropout", 0, 0.999, 0, &c->lora.dropout, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c->dpo_beta, 'd' }, { "--grpo-group", 2, 4096, 1, &c->grpo.group, 'i' }, { "--grpo-iterations", 1, 1000, 1, &c->grpo.iterations, 'i' }, { "--grpo-tool-turns", 0, 1e6, 1, &c->grpo.tool_turns, 'i' }, { "--grpo-beta", 0, 1e6, 0, &c->grpo.beta, 'd' }, { "--grpo-epsilon", 0, 1e3, 0, &c->grpo.epsilon, 'd' }, { "--completion-tokens", 1, 1e6, 1, &c->grpo.completion, 'i' }, { "--temperature", 0, 100, 0, &c->grpo.temperature, 'f' }, { "--top-k", 0, 1 << 30, 1, &c->grpo.top_k, 'i' }, { "--moe-z-loss", 0, 1e3, 0, &c->moe_z_loss, 'f' }, { "--moe-seq-aux-loss", 0, 1e3, 0, &c->moe_seq_aux_loss, 'f' }, { "--moe-global-aux-loss", 0, 1e3, 0, &c->moe_global_aux_loss, 'f' }, { "--shared-experts", 1, 64, 1, &c->shared_experts, 'i' }, { "--moe-every", 1, 1e5, 1, &c->shape.moe_every, 'i' }, { "--first-dense", 0, 1e5, 1, &c->shape.first_dense, 'i' }, { "--dense-ffn", 1, 1e7, 1, &c->shape.dense_ffn, 'i' }, { "--print-every", 1, 1e9, 1, &c->print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c->stall_timeout, 'd' },
+        { "--lora-alpha", 1e-6, 1e6, 0, &c->lora.alpha, 'f' }, { "--lora-dropout", 0, 0.999, 0, &c->lora.dropout, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c->dpo.beta, 'd' }, { "--dpo-label-smoothing", 0, 0.999, 0, &c->dpo.label_smoothing, 'd' }, { "--dpo-discopop-tau", 1e-6, 1e6, 0, &c->dpo.discopop_tau, 'd' }, { "--dpo-f-alpha", 1e-6, 1e3, 0, &c->dpo.f_alpha, 'd' }, { "--grpo-group", 2, 4096, 1, &c->grpo.group, 'i' }, { "--grpo-iterations", 1, 1000, 1, &c->grpo.iterations, 'i' }, { "--grpo-tool-turns", 0, 1e6, 1, &c->grpo.tool_turns, 'i' }, { "--grpo-beta", 0, 1e6, 0, &c->grpo.beta, 'd' }, { "--grpo-epsilon", 0, 1e3, 0, &c->grpo.epsilon, 'd' }, { "--completion-tokens", 1, 1e6, 1, &c->grpo.completion, 'i' }, { "--temperature", 0, 100, 0, &c->grpo.temperature, 'f' }, { "--top-k", 0, 1 << 30, 1, &c->grpo.top_k, 'i' }, { "--moe-z-loss", 0, 1e3, 0, &c->moe_z_loss, 'f' }, { "--moe-seq-aux-loss", 0, 1e3, 0, &c->moe_seq_aux_loss, 'f' }, { "--moe-global-aux-loss", 0, 1e3, 0, &c->moe_global_aux_loss, 'f' }, { "--shared-experts", 1, 64, 1, &c->shared_experts, 'i' }, { "--moe-every", 1, 1e5, 1, &c->shape.moe_every, 'i' }, { "--first-dense", 0, 1e5, 1, &c->shape.first_dense, 'i' }, { "--dense-ffn", 1, 1e7, 1, &c->shape.dense_ffn, 'i' }, { "--print-every", 1, 1e9, 1, &c->print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c->stall_timeout, 'd' },
     };
     return dt_cli_number_flag(nums, sizeof nums / sizeof nums[0], f, v);
 }

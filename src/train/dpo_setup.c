@@ -11,7 +11,11 @@
 static dt_status check(const run *r) {
     const dt_train_config *c = &r->c;
     bool pairs = r->sft && dt_sft_pairs(r->sft), val_pairs = r->sft_val && dt_sft_pairs(r->sft_val);
-    if (!pairs && c->dpo_beta > 0) return dt_error(DT_ERR_ARG, "--dpo-beta: --data %s holds no preference pairs ({\"prompt\", \"chosen\", \"rejected\"})", c->data);
+    const dt_dpo_config *o = &c->dpo;
+    const char *flag = o->beta > 0 ? "--dpo-beta" : o->nloss ? "--dpo-loss" : o->nweights ? "--dpo-loss-weights"
+                     : o->label_smoothing > 0 ? "--dpo-label-smoothing" : o->discopop_tau > 0 ? "--dpo-discopop-tau"
+                     : o->divergence != DT_DPO_REVERSE_KL ? "--dpo-f-divergence" : o->f_alpha > 0 ? "--dpo-f-alpha" : NULL;
+    if (!pairs && flag) return dt_error(DT_ERR_ARG, "%s: --data %s holds no preference pairs ({\"prompt\", \"chosen\", \"rejected\"})", flag, c->data);
     if (r->sft_val && pairs != val_pairs)
         return dt_error(DT_ERR_ARG, "--val-data %s holds %s, --data %s %s", c->val_data, val_pairs ? "preference pairs" : "examples", c->data,
                         pairs ? "preference pairs" : "examples");
@@ -38,7 +42,7 @@ dt_status dt_train_setup_dpo(run *r) {
     if (st || !r->sft || !dt_sft_pairs(r->sft)) return st;
     size_t rows = dt_sft_rows(r->sft) + (r->sft_val ? dt_sft_rows(r->sft_val) : 0);
     dt_program *p = dt_gpt2_program(r->m);
-    if ((st = dt_dpo_create(c->dpo_beta > 0 ? c->dpo_beta : 0.1, rows, &r->dpo))) return st;
+    if ((st = dt_dpo_create(&c->dpo, rows, &r->dpo))) return st;
     if ((st = dt_program_set_token_loss(p, dt_dpo_token_loss, r->dpo))) return dt_error(st, "--data %s: %s", c->data, dt_last_error());
     double t0 = dt_time_now();
     dt_dpo_set_reference(r->dpo, true);
@@ -48,9 +52,15 @@ dt_status dt_train_setup_dpo(run *r) {
     dt_program_set_lora_enabled(p, true);
     dt_dpo_set_reference(r->dpo, false);
     if (st) return dt_error(st, "DPO's reference log-probabilities: %s", dt_last_error());
-    if (r->rank == 0 && !c->quiet)
-        printf("preference pairs: %zu from %s, DPO with beta %g; the reference (%s) scored %zu rows in %.1f s\n", dt_sft_rows(r->sft) / 2, c->data,
-               dt_dpo_beta(r->dpo), c->lora.rank || c->lora_from ? "the base, adapters off" : "the starting model", rows, dt_time_now() - t0);
+    if (r->rank == 0 && !c->quiet) {
+        dt_dpo_config cfg = c->dpo;
+        char loss[256];
+        (void)dt_dpo_config_resolve(&cfg); /* (dt_dpo_create took it) */
+        dt_dpo_config_describe(&cfg, loss, sizeof loss);
+        printf("preference pairs: %zu from %s, DPO with beta %g (%s); the reference (%s) scored %zu rows in %.1f s\n", dt_sft_rows(r->sft) / 2,
+               c->data, dt_dpo_beta(r->dpo), loss, c->lora.rank || c->lora_from ? "the base, adapters off" : "the starting model", rows,
+               dt_time_now() - t0);
+    }
     return DT_OK;
 }
 

@@ -1,0 +1,214 @@
+/* DPO's loss kinds as TRL's DPOTrainer computes them (DPOConfig's loss_type, loss_weights, label_smoothing,
+ * discopop_tau, f_divergence_type): a pair's loss from its chosen and rejected log-ratios c and r, and its derivatives
+ * by them, which dpo.c turns into its scored tokens' weights. The kinds built on the reward difference score each
+ * log-ratio by the f-divergence's derivative first (f-DPO: reverse KL's is the log-ratio itself) and read
+ * delta = score(c) - score(r); the others read c and r themselves. In double: TRL's f32 agrees to its own rounding. */
+#include "dtrain/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const kinds[DT_DPO_NKINDS] = {
+    "sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "apo_zero", "apo_down", "discopop", "sft",
+    "sigmoid_norm",
+};
+static const char *const divergences[] = { "reverse_kl", "forward_kl", "js_divergence", "alpha_divergence" };
+
+const char *dt_dpo_kind_name(dt_dpo_kind k) { return k >= 0 && k < DT_DPO_NKINDS ? kinds[k] : "?"; }
+const char *dt_dpo_divergence_name(dt_dpo_divergence d) { return d >= 0 && d <= DT_DPO_ALPHA_DIVERGENCE ? divergences[d] : "?"; }
+
+dt_status dt_dpo_losses_parse(const char *list, dt_dpo_config *c) {
+    c->nloss = 0;
+    for (const char *s = list; *s;) {
+        size_t n = strcspn(s, ",");
+        int k = 0;
+        while (k < DT_DPO_NKINDS && !(strlen(kinds[k]) == n && !strncmp(kinds[k], s, n))) k++;
+        if (k == DT_DPO_NKINDS)
+            return dt_error(DT_ERR_ARG, "--dpo-loss %s: '%.*s' is not a loss: sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, "
+                            "sppo_hard, apo_zero, apo_down, discopop, sft, sigmoid_norm (TRL's loss_type; aot's sort across "
+                            "a batch is not built), comma-separated to sum them", list, (int)n, s);
+        for (int j = 0; j < c->nloss; j++)
+            if (c->loss[j] == (dt_dpo_kind)k) return dt_error(DT_ERR_ARG, "--dpo-loss %s: %s twice", list, kinds[k]);
+        if (c->nloss == DT_DPO_MAX_LOSSES) return dt_error(DT_ERR_ARG, "--dpo-loss %s: more than %d losses", list, DT_DPO_MAX_LOSSES);
+        c->loss[c->nloss++] = (dt_dpo_kind)k;
+        s += n;
+        if (*s == ',' && *++s == 0) return dt_error(DT_ERR_ARG, "--dpo-loss %s: ends with a comma", list);
+    }
+    return c->nloss ? DT_OK : dt_error(DT_ERR_ARG, "--dpo-loss: names no loss");
+}
+
+dt_status dt_dpo_weights_parse(const char *list, dt_dpo_config *c) {
+    c->nweights = 0;
+    for (const char *s = list; *s;) {
+        char *end;
+        double w = strtod(s, &end);
+        if (end == s || (*end && *end != ',') || !isfinite(w))
+            return dt_error(DT_ERR_ARG, "--dpo-loss-weights %s: not numbers separated by commas (one a --dpo-loss kind)", list);
+        if (c->nweights == DT_DPO_MAX_LOSSES) return dt_error(DT_ERR_ARG, "--dpo-loss-weights %s: more than %d weights", list, DT_DPO_MAX_LOSSES);
+        c->weight[c->nweights++] = w;
+        s = *end ? end + 1 : end;
+    }
+    return c->nweights ? DT_OK : dt_error(DT_ERR_ARG, "--dpo-loss-weights: no weights");
+}
+
+dt_status dt_dpo_divergence_parse(const char *name, dt_dpo_config *c) {
+    for (int d = 0; d <= DT_DPO_ALPHA_DIVERGENCE; d++)
+        if (!strcmp(name, divergences[d])) { c->divergence = (dt_dpo_divergence)d; return DT_OK; }
+    return dt_error(DT_ERR_ARG, "--dpo-f-divergence %s: reverse_kl (DPO's), forward_kl, js_divergence or alpha_divergence", name);
+}
+
+/* Whether kind k reads the reward difference (and so takes an f-divergence's scores). */
+static bool on_difference(dt_dpo_kind k) {
+    return k == DT_DPO_SIGMOID || k == DT_DPO_SIGMOID_NORM || k == DT_DPO_HINGE || k == DT_DPO_IPO || k == DT_DPO_EXO_PAIR ||
+           k == DT_DPO_ROBUST || k == DT_DPO_DISCOPOP || k == DT_DPO_SFT;
+}
+
+dt_status dt_dpo_config_resolve(dt_dpo_config *c) {
+    if (c->beta == 0) c->beta = 0.1;
+    if (!(c->beta > 0) || !isfinite(c->beta)) return dt_error(DT_ERR_ARG, "--dpo-beta %g: a positive number (TRL's default 0.1)", c->beta);
+    if (c->nloss == 0) c->nloss = 1, c->loss[0] = DT_DPO_SIGMOID;
+    if (c->nweights && c->nweights != c->nloss)
+        return dt_error(DT_ERR_ARG, "--dpo-loss-weights: %d weights for %d losses (one a loss, in --dpo-loss's order)", c->nweights, c->nloss);
+    for (int i = 0; !c->nweights && i < c->nloss; i++) c->weight[i] = 1;
+    c->nweights = c->nloss;
+    if (c->discopop_tau == 0) c->discopop_tau = 0.05;
+    if (!(c->discopop_tau > 0)) return dt_error(DT_ERR_ARG, "--dpo-discopop-tau %g: a positive number (TRL's 0.05)", c->discopop_tau);
+    if (c->f_alpha == 0) c->f_alpha = 0.5;
+    double e = c->label_smoothing;
+    for (int i = 0; i < c->nloss; i++) {
+        dt_dpo_kind k = c->loss[i];
+        if (k == DT_DPO_ROBUST && !(e >= 0 && e < 0.5))
+            return dt_error(DT_ERR_ARG, "--dpo-label-smoothing %g: robust's flip probability lies in [0, 0.5)", e);
+        if (k == DT_DPO_EXO_PAIR && !(e > 0 && e < 1))
+            return dt_error(DT_ERR_ARG, "--dpo-label-smoothing %g: exo_pair's epsilon lies in (0, 1) (the EXO paper's 1e-3)", e);
+        if (c->divergence != DT_DPO_REVERSE_KL && !on_difference(k))
+            return dt_error(DT_ERR_ARG, "--dpo-f-divergence %s: %s has no form under it (sigmoid, sigmoid_norm, hinge, ipo, exo_pair, "
+                            "robust, discopop and sft have)", divergences[c->divergence], kinds[k]);
+    }
+    return DT_OK;
+}
+
+void dt_dpo_config_describe(const dt_dpo_config *c, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i < c->nloss && n < cap; i++) {
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? " + " : "", kinds[c->loss[i]]);
+        if (n < cap && c->nloss > 1 && c->weight[i] != 1) n += (size_t)snprintf(buf + n, cap - n, " x %g", c->weight[i]);
+    }
+    if (n < cap && c->divergence != DT_DPO_REVERSE_KL)
+        n += (size_t)snprintf(buf + n, cap - n, ", %s", divergences[c->divergence]);
+    if (n < cap && c->divergence == DT_DPO_ALPHA_DIVERGENCE) n += (size_t)snprintf(buf + n, cap - n, " (alpha %g)", c->f_alpha);
+    for (int i = 0; i < c->nloss && n < cap; i++)
+        if (c->loss[i] == DT_DPO_ROBUST || c->loss[i] == DT_DPO_EXO_PAIR) {
+            n += (size_t)snprintf(buf + n, cap - n, ", label smoothing %g", c->label_smoothing);
+            break;
+        }
+    for (int i = 0; i < c->nloss && n < cap; i++)
+        if (c->loss[i] == DT_DPO_DISCOPOP) n += (size_t)snprintf(buf + n, cap - n, ", tau %g", c->discopop_tau);
+}
+
+double dt_dpo_sft_weight(const dt_dpo_config *c) {
+    for (int i = 0; i < c->nloss; i++)
+        if (c->loss[i] == DT_DPO_SFT) return c->weight[i];
+    return 0;
+}
+
+static double sig(double x) { return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)); }
+/* -log sigmoid(x), without overflow either way. */
+static double nls(double x) { return x > 0 ? log1p(exp(-x)) : -x + log1p(exp(x)); }
+
+/* A log-ratio u scored by the f-divergence's derivative f'(e^u), and the score's derivative by u. */
+static double score(const dt_dpo_config *c, double u, double *du) {
+    switch (c->divergence) {
+    case DT_DPO_FORWARD_KL: *du = exp(-u); return 1 - exp(-u);
+    case DT_DPO_JS_DIVERGENCE: *du = sig(-u); return log(2.0) - nls(u);
+    case DT_DPO_ALPHA_DIVERGENCE: {
+        double a1 = c->f_alpha - 1;
+        if (fabs(a1) < 1e-6) break; /* (the limit: reverse KL) */
+        double t = a1 * u;
+        if (t > 80) { *du = 0; return (exp(80.0) - 1) / a1; } /* TRL's clamp, which keeps exp in f32 */
+        *du = exp(t);
+        return (exp(t) - 1) / a1;
+    }
+    default: break;
+    }
+    *du = 1;
+    return u;
+}
+
+/* Kind k on the reward difference: its loss from the scores sc, sr, its derivatives by them (*gc, *gr). */
+static double on_scores(const dt_dpo_config *c, dt_dpo_kind k, double sc, double sr, int nc, int nr, double *gc, double *gr) {
+    double b = c->beta, e = c->label_smoothing, x = b * (sc - sr), g, L;
+    double lc = nc > 1 ? nc : 1, lr = nr > 1 ? nr : 1; /* (TRL's lengths clamped at 1) */
+    switch (k) {
+    case DT_DPO_HINGE: L = fmax(0, 1 - x), g = 1 - x > 0 ? -b : 0; break;
+    case DT_DPO_IPO: { /* TRL's: each score over its completion's tokens */
+        double d = sc / lc - sr / lr - 1 / (2 * b);
+        *gc = 2 * d / lc, *gr = -2 * d / lr;
+        return d * d;
+    }
+    case DT_DPO_SIGMOID_NORM: {
+        double y = b * (sc / lc - sr / lr);
+        *gc = -b * sig(-y) / lc, *gr = b * sig(-y) / lr;
+        return nls(y);
+    }
+    case DT_DPO_EXO_PAIR: {
+        double qw = sig(x), ql = sig(-x);
+        L = qw * (-nls(x) - log1p(-e)) + ql * (-nls(-x) - log(e));
+        g = b * qw * ql * (x - log((1 - e) / e));
+        break;
+    }
+    case DT_DPO_ROBUST:
+        L = ((1 - e) * nls(x) - e * nls(-x)) / (1 - 2 * e);
+        g = b * (-(1 - e) * sig(-x) - e * sig(x)) / (1 - 2 * e);
+        break;
+    case DT_DPO_DISCOPOP: {
+        double t = c->discopop_tau, m = sig(x / t), dm = m * (1 - m) / t, ex = exp(-x);
+        L = nls(x) * (1 - m) + ex * m;
+        g = b * (-sig(-x) * (1 - m) - nls(x) * dm - ex * m + ex * dm);
+        break;
+    }
+    default: L = nls(x), g = -b * sig(-x); break; /* sigmoid */
+    }
+    *gc = g, *gr = -g;
+    return L;
+}
+
+/* Kind k on the log-ratios themselves. */
+static double on_ratios(const dt_dpo_config *c, dt_dpo_kind k, double cr, double rr, double *gc, double *gr) {
+    double b = c->beta, xc = b * cr, xr = b * rr;
+    switch (k) {
+    case DT_DPO_NCA_PAIR:
+        *gc = b * (-sig(-xc) + 0.5 * sig(xc)), *gr = 0.5 * b * sig(xr);
+        return nls(xc) + 0.5 * nls(-xc) + 0.5 * nls(-xr);
+    case DT_DPO_BCO_PAIR: *gc = -b * sig(-xc), *gr = b * sig(xr); return nls(xc) + nls(-xr);
+    case DT_DPO_SPPO_HARD: {
+        double w = cr - 0.5 / b, l = rr + 0.5 / b;
+        *gc = 2 * w, *gr = 2 * l;
+        return w * w + l * l;
+    }
+    case DT_DPO_APO_ZERO: *gc = -b * sig(xc) * sig(-xc), *gr = b * sig(xr) * sig(-xr); return 1 - sig(xc) + sig(xr);
+    case DT_DPO_APO_DOWN: {
+        double y = b * (cr - rr), sy = sig(y) * sig(-y);
+        *gc = b * sig(xc) * sig(-xc) - b * sy, *gr = b * sy;
+        return sig(xc) + 1 - sig(y);
+    }
+    default: *gc = *gr = 0; return 0;
+    }
+}
+
+double dt_dpo_pair_loss(const dt_dpo_config *c, double chosen, double rejected, int nc, int nr, double *dc, double *dr) {
+    double dsc, dsr, sc = score(c, chosen, &dsc), sr = score(c, rejected, &dsr), L = 0;
+    *dc = *dr = 0;
+    for (int i = 0; i < c->nloss; i++) {
+        dt_dpo_kind k = c->loss[i];
+        double gc, gr, w = c->weight[i];
+        if (k == DT_DPO_SFT) continue; /* (a micro-batch's, not a pair's: dpo.c) */
+        if (on_difference(k)) L += w * on_scores(c, k, sc, sr, nc, nr, &gc, &gr), gc *= dsc, gr *= dsr;
+        else L += w * on_ratios(c, k, chosen, rejected, &gc, &gr);
+        *dc += w * gc, *dr += w * gr;
+    }
+    return L;
+}
