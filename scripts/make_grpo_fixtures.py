@@ -16,6 +16,10 @@ Writes tests/fixtures/grpo/:
                         with pi_old's log-probabilities given ("old_logps" [R, C], TRL's of old.safetensors);
                         "tools.*" loss dapo with "tool_mask" [R, C] (a tool's results inside the longer completions,
                         their tokens 0: TRL's tool_mask, taken out of the loss and of its token count)
+  losses.safetensors  TRL's other loss settings (CASES: epsilon_high, delta, sequence-level ratios, bnpo, cispo, sapo,
+                      luspo), each from pi_old's log-probabilities: "<k>.loss", "<k>.grad.<name>" of two tensors,
+                      "<k>.ratio"; "adv_batch" and "adv_none" (scale_rewards "batch" and "none"); the cases in its
+                      metadata (`make_grpo_fixtures.py cases` writes it alone, from the three models' files)
 Every prompt has the same length: TRL left-pads prompts and Llama then reads positions shifted by the padding (the
 same attention under rotary positions, up to rounding); dtrain's rows start each at position 0.
 Run with the baselines' environment (scripts/make-baselines-venv.sh, with trl):
@@ -139,5 +143,74 @@ def main():
     print(f"advantages {[round(float(a), 5) for a in advantages]}")
 
 
+# TRL's other loss settings, each with pi_old's log-probabilities given (old.safetensors: ratios away from 1) and the
+# reference's KL (BETA): GRPOConfig's fields as dtrain's flags take them; "tools": with the tools' tool_mask
+CASES = [
+    {"loss_type": "dapo", "epsilon_high": 0.28},  # DAPO's clip-higher
+    {"loss_type": "grpo", "delta": 1.5},  # INTELLECT-2's two-sided clipping
+    {"loss_type": "dapo", "importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4},  # GSPO's
+    {"loss_type": "dapo", "importance_sampling_level": "sequence", "tools": True},
+    {"loss_type": "grpo", "importance_sampling_level": "sequence", "use_bias_correction_kl": False},
+    {"loss_type": "bnpo"}, {"loss_type": "cispo", "epsilon_high": 1.2}, {"loss_type": "sapo"},
+    {"loss_type": "luspo", "importance_sampling_level": "sequence"},
+]
+CASE_GRADS = ["model.norm.weight", "model.layers.1.mlp.down_proj.weight"]
+
+
+def loss_cases():
+    """losses.safetensors: each CASES' loss ("<k>.loss"), gradients ("<k>.grad.<name>" of CASE_GRADS) and clip ratio
+    ("<k>.ratio": TRL's clip_ratio/region_mean, or cispo_clip_ratio), from policy.safetensors' rows and old.safetensors'
+    pi_old; and the advantages by scale_rewards "batch" and "none" ("adv_batch", "adv_none", as TRL's
+    _generate_and_score_completions makes them). The cases in its metadata ("cases")."""
+    from safetensors import safe_open
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(SFT, "tokenizer.json"), eos_token="<|endoftext|>",
+                                  pad_token="<|endoftext|>")
+    models, f = {}, safe_open(os.path.join(OUT, "policy.safetensors"), "pt")
+    for name in ("ref", "old", "policy"):
+        with safe_open(os.path.join(OUT, name + ".safetensors"), "pt") as g:
+            m = LlamaForCausalLM(LlamaConfig(**json.loads(g.metadata()["config"]))).float()
+            m.load_state_dict({k: g.get_tensor(k) for k in m.state_dict()})
+        if name != "policy":
+            add_fused_lm_head(m, temperature=1.0)
+        models[name] = m
+    prompts, completion, mask = (f.get_tensor(k).to(torch.int64) for k in ("prompt", "completion", "mask"))
+    tool_mask = f.get_tensor("tool_mask").to(torch.int64)
+    rewards, advantages = f.get_tensor("rewards"), f.get_tensor("advantages")
+    ids, att = torch.cat([prompts, completion], 1), torch.cat([torch.ones_like(prompts), mask], 1)
+    out = {}
+    mean = rewards.view(-1, G).mean(1).repeat_interleave(G)
+    out["adv_batch"] = ((rewards - mean) / (nanstd(rewards) + 1e-4)).float().contiguous()
+    out["adv_none"] = (rewards - mean).float().contiguous()
+    policy = models["policy"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, case in enumerate(CASES):
+            extra = {key: v for key, v in case.items() if key not in ("loss_type", "tools")}
+            tr = trainer_for(policy, models["ref"], tok, case["loss_type"], os.path.join(tmp, str(k)), **extra)
+            inputs = {"prompt_ids": prompts, "prompt_mask": torch.ones_like(prompts), "completion_ids": completion,
+                      "completion_mask": mask, "advantages": advantages, "num_items_in_batch": mask.sum()}
+            if case.get("tools"):
+                inputs.update(tool_mask=tool_mask, num_items_in_batch=(mask * tool_mask).sum())
+            with torch.no_grad():
+                inputs["ref_per_token_logps"], _, _ = tr._get_per_token_logps_and_entropies(models["ref"], ids, att, C)
+                inputs["old_per_token_logps"], _, _ = tr._get_per_token_logps_and_entropies(models["old"], ids, att, C)
+            policy.train()
+            policy.zero_grad()
+            loss = tr._compute_loss(policy, inputs)
+            loss.backward()
+            named = dict(policy.named_parameters())
+            out[f"{k}.loss"] = loss.detach().reshape(1)
+            out.update({f"{k}.grad.{n}": named[n].grad.detach().clone().contiguous() for n in CASE_GRADS})
+            metric = "cispo_clip_ratio" if case["loss_type"] == "cispo" else "clip_ratio/region_mean"
+            if metric in tr._metrics["train"]:
+                out[f"{k}.ratio"] = torch.tensor([tr._metrics["train"][metric][-1]])
+            print(f"case {k} {case}: loss {loss.item():.7f}" + (f", {metric} {out[f'{k}.ratio'].item():.4f}" if f"{k}.ratio" in out else ""))
+    save_file(out, os.path.join(OUT, "losses.safetensors"), metadata={"cases": json.dumps(CASES)})
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+    if sys.argv[1:] == ["cases"]:
+        loss_cases()
+    else:
+        main()
+        loss_cases()

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int failed;
 
@@ -101,6 +102,32 @@ static dt_status fixture_err(dt_safetensors *f, const dt_model *m, const float *
         }
     }
     return st;
+}
+
+/* The worst relative error of m's gradients of the named tensors against f's "<prefix><name>" (each must be there). */
+static inline dt_status fixture_named_grads_err(dt_safetensors *f, const dt_model *m, const char *prefix, const cJSON *names, double *worst) {
+    const cJSON *n;
+    int found = 0;
+    *worst = 0;
+    cJSON_ArrayForEach(n, names) {
+        for (int i = 0; i < m->ntensors; i++) {
+            const dt_tensor_info *t = &m->tensors[i];
+            char piece[128], key[200];
+            int ndim, dims[4];
+            size_t at, count = 1;
+            if (dt_tensor_hf_pieces(t) != 1) continue;
+            dt_tensor_hf_piece(t, 0, piece, sizeof piece, &ndim, dims, &at);
+            if (strcmp(piece, n->valuestring)) continue;
+            for (int d = 0; d < ndim; d++) count *= (size_t)dims[d];
+            float *want = malloc(count * sizeof(float));
+            snprintf(key, sizeof key, "%s%s", prefix, piece);
+            dt_status st = want ? dt_safetensors_read(f, key, ndim, dims, 0, want) : dt_error(DT_ERR_NOMEM, "out of memory");
+            if (!st) *worst = fmax(*worst, rel_err(m->grads(m->self) + t->offset + at, want, count)), found++;
+            free(want);
+            if (st) return st;
+        }
+    }
+    return found == cJSON_GetArraySize(names) ? DT_OK : dt_error(DT_ERR_IO, "%d of %d named gradients found", found, cJSON_GetArraySize(names));
 }
 
 /* The worst relative error of m's gradients against f's "grad.<name>". */

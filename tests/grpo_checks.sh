@@ -4,7 +4,7 @@
 # with 2 micro-batches, DDP 2 and ZeRO-2 on 2 ranks (the rollouts are drawn from each prompt's place in the stream,
 # so every layout decodes the same completions); step 1's KL is 0 (the reference is the starting model); a reward
 # program answering what the rule answers trains the same; a second iteration over a rollout reuses its rewards;
-# the reward rises over 40 steps; tool calls run by a program (--grpo-tools) on a model fine-tuned to call; and what
+# the reward rises over 40 steps; TRL's other settings on DDP 2; tool calls run by a program (--grpo-tools) on a model fine-tuned to call; and what
 # cannot be is refused before any step.
 # usage: grpo_checks.sh DTRAIN
 set -u
@@ -43,6 +43,28 @@ ok "the metrics carry reward, reward_std, kl, completion_len, clip_ratio, frac_r
 run_metrics acc --batch 8 --grad-accum 2 --steps 10 && same "2 micro-batches of 8" acc
 run_metrics ddp --batch 8 --nproc 2 --steps 10 && same "DDP 2" ddp
 run_metrics z2 --batch 8 --nproc 2 --zero 2 --steps 10 && same "ZeRO-2 on 2 ranks" z2
+# TRL's other settings (each against TRL in test_grpo), on DDP 2 as on one process: GSPO's sequence ratios with
+# DAPO's clip-higher and the whole batch's standard deviation (every rank's rewards), a rollout trained twice; bnpo
+# (each micro-batch's own tokens) against 2 micro-batches; --grpo-mask-truncated leaves out every completion of this
+# byte-level model (it has no end of text: each runs to its length), so nothing trains
+alike() { # WHAT A B [apart]: apart: A's losses must not be the default run's (ref)
+    local l k
+    l=$(differs loss "$dir/$2.jsonl" "$dir/$3.jsonl" 10)
+    k=$(differs kl "$dir/$2.jsonl" "$dir/$3.jsonl" 10)
+    [ "${l#* }" = 0 ] && [ "${k#* }" = 0 ] && { [ -z "${4:-}" ] || ! [ "$(field loss "$dir/$2.jsonl")" = "$(field loss "$dir/ref.jsonl")" ]; } &&
+        ok "$1: the losses over 10 steps within ${l% *}, KL ${k% *}${4:+ (not the default run)}" || fail "$1: losses ${l% *}, KL ${k% *}"
+}
+gspo=(--steps 10 --grpo-iterations 2 --grpo-importance-sampling sequence --grpo-epsilon-high 0.28 --grpo-scale-rewards batch)
+run_metrics gspo --batch 16 "${gspo[@]}" && run_metrics gspoddp --batch 8 --nproc 2 "${gspo[@]}" &&
+    alike "GSPO's sequence ratios, clip-higher, the batch's standard deviation: DDP 2" gspo gspoddp apart
+grep -q "epsilon 0.2, epsilon_high 0.28, a ratio a completion (GSPO), rewards scaled by the batch, 2 iterations a rollout" "$dir/gspo.out" &&
+    ok "the start line names them" || fail "GSPO's start line: $(grep -m1 '^GRPO' "$dir/gspo.out")"
+run_metrics bnpo --batch 8 --grad-accum 2 --steps 10 --grpo-loss bnpo && run_metrics bnpoddp --batch 8 --nproc 2 --steps 10 --grpo-loss bnpo &&
+    alike "--grpo-loss bnpo: DDP 2 against 2 micro-batches (every completion here 16 tokens: dapo's too)" bnpo bnpoddp
+run_metrics trunc --batch 16 --steps 3 --grpo-mask-truncated
+[ "$(field loss "$dir/trunc.jsonl" | awk '$1 != 0 { bad = 1 } END { print NR == 3 && !bad }')" = 1 ] &&
+    ok "--grpo-mask-truncated: completions that never end (no end of text) leave the loss (0 each step)" ||
+    fail "--grpo-mask-truncated: losses $(field loss "$dir/trunc.jsonl" | tr '\n' ' ')"
 # a program that answers what the rule does (1 when the completion holds an "e") trains the same
 # (the text after "completion": with JSON's \u00XX escapes of control bytes, whose hex digits may hold an "e", removed)
 run_metrics cmd --batch 16 --steps 10 --reward "cmd:sed -e 's/.*\"completion\": \"//' -e 's/\\\\u[0-9a-f]\{4\}//g' | awk '{print (index(\$0, \"e\") > 0)}'" &&

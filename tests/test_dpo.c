@@ -192,32 +192,6 @@ out:
     dt_sft_destroy(d);
 }
 
-/* The worst relative error of m's gradients of the named tensors against f's "<prefix><name>" (each must be there). */
-static dt_status named_grads_err(dt_safetensors *f, const dt_model *m, const char *prefix, const cJSON *names, double *worst) {
-    const cJSON *n;
-    int found = 0;
-    *worst = 0;
-    cJSON_ArrayForEach(n, names) {
-        for (int i = 0; i < m->ntensors; i++) {
-            const dt_tensor_info *t = &m->tensors[i];
-            char piece[128], key[200];
-            int ndim, dims[4];
-            size_t at, count = 1;
-            if (dt_tensor_hf_pieces(t) != 1) continue;
-            dt_tensor_hf_piece(t, 0, piece, sizeof piece, &ndim, dims, &at);
-            if (strcmp(piece, n->valuestring)) continue;
-            for (int d = 0; d < ndim; d++) count *= (size_t)dims[d];
-            float *want = malloc(count * sizeof(float));
-            snprintf(key, sizeof key, "%s%s", prefix, piece);
-            dt_status st = want ? dt_safetensors_read(f, key, ndim, dims, 0, want) : dt_error(DT_ERR_NOMEM, "out of memory");
-            if (!st) *worst = fmax(*worst, rel_err(m->grads(m->self) + t->offset + at, want, count)), found++;
-            free(want);
-            if (st) return st;
-        }
-    }
-    return found == cJSON_GetArraySize(names) ? DT_OK : dt_error(DT_ERR_IO, "%d of %d named gradients found", found, cJSON_GetArraySize(names));
-}
-
 /* A case of losses.safetensors' metadata as DPOConfig's settings into c (beta 0.1, as the fixtures'). */
 static dt_status case_config(const cJSON *o, dt_dpo_config *c) {
     *c = (dt_dpo_config){ .beta = 0.1 };
@@ -285,7 +259,7 @@ static void check_losses(const char *dir) {
             for (int i = 0; i < dc.nloss; i++) amplified |= dc.loss[i] == DT_DPO_DISCOPOP;
             double tl = amplified ? 2e-5 : 2e-6, tg = amplified ? 1e-4 : 1e-5; /* (squares: ipo, sppo_hard double it) */
             snprintf(key, sizeof key, "%d.grad.", k);
-            st = named_grads_err(f, &m, key, names, &eg);
+            st = fixture_named_grads_err(f, &m, key, names, &eg);
             dt_dpo_config_resolve(&dc);
             dt_dpo_config_describe(&dc, desc, sizeof desc);
             if (!st && el / tl > worst_loss) snprintf(worst_l, sizeof worst_l, "%s %.1e", desc, el);

@@ -54,8 +54,10 @@ static dt_status rows(bool tools) {
         for (int t = 0; t < n; t++) ntokens += model[t];
         dt_grpo_row(prompt + r * P, P, comp + r * C, model, n, T, in + r * T, tg + r * T);
     }
-    if (tools) return DT_OK;
-    dt_grpo_advantages(rewards, R, G, adv);
+    dt_grpo_advantages(rewards, R, G, DT_GRPO_SCALE_GROUP, 0, adv);
+    static bool checked; /* (once: later calls rebuild the rows) */
+    if (tools || checked) return DT_OK;
+    checked = true;
     char detail[64];
     snprintf(detail, sizeof detail, "worst %.1e", rel_err(adv, want, R));
     check("the group advantages (scale_rewards \"group\": reward - mean over std + 1e-4) are TRL's", rel_err(adv, want, R) <= 1e-6, detail);
@@ -158,6 +160,101 @@ out:
     dt_program_destroy(ref);
 }
 
+/* A case of losses.safetensors' metadata (GRPOConfig's fields) as dtrain's settings into gc. */
+static void case_config(const cJSON *o, dt_grpo_config *gc, bool *tools) {
+    const cJSON *loss = cJSON_GetObjectItemCaseSensitive(o, "loss_type"), *level = cJSON_GetObjectItemCaseSensitive(o, "importance_sampling_level");
+    const cJSON *bias = cJSON_GetObjectItemCaseSensitive(o, "use_bias_correction_kl");
+    double eps = fixture_number(o, "epsilon"), hi = fixture_number(o, "epsilon_high"), delta = fixture_number(o, "delta");
+    dt_grpo_defaults(gc);
+    gc->group = G, gc->completion = MAXC;
+    if (cJSON_IsString(loss)) (void)dt_grpo_loss_parse(loss->valuestring, &gc->loss);
+    gc->sequence = cJSON_IsString(level) && !strcmp(level->valuestring, "sequence");
+    gc->plain_kl = cJSON_IsFalse(bias);
+    if (!isnan(eps)) gc->epsilon = eps;
+    if (!isnan(hi)) gc->epsilon_high = hi;
+    if (!isnan(delta)) gc->delta = delta;
+    *tools = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "tools"));
+}
+
+/* TRL's other loss settings (losses.safetensors: each case's loss, two tensors' gradients and clip ratio), pi_old
+ * old.safetensors' and the reference's KL, as check_kind's clipped case; and the advantages by scale_rewards "batch"
+ * and "none". */
+static void check_cases(const char *dir) {
+    char path[600], what[200], detail[400], worst_l[200] = "", worst_g[200] = "", worst_r[200] = "";
+    snprintf(path, sizeof path, "%s/grpo/losses.safetensors", dir);
+    dt_safetensors *f = NULL;
+    cJSON *cases = NULL, *names = cJSON_CreateStringArray((const char *const[]){ "model.norm.weight", "model.layers.1.mlp.down_proj.weight" }, 2);
+    dt_program *p = NULL, *ref = NULL;
+    dt_status st = dt_safetensors_open(path, &f);
+    if (!st) st = fixture_settings(f, path, "cases", &cases);
+    if (!st) st = dt_program_create(&cfg, &p);
+    if (!st) st = dt_program_create(&cfg, &ref);
+    if (!st) st = load(ref, dir, "ref");
+    double wl = 0, wg = 0, wr = 0;
+    int k = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cases) {
+        dt_grpo_config gc;
+        bool tools;
+        dt_grpo *g = NULL;
+        float loss = 0, want = 0, ratio = 0, ignored;
+        int one = 1;
+        char key[48];
+        case_config(c, &gc, &tools);
+        if (!st) st = rows(tools);
+        if (!st) st = dt_grpo_create(&gc, R, T, &g);
+        if (!st) st = dt_program_set_token_loss(p, dt_grpo_token_loss, g);
+        if (!st) st = dt_program_set_token_loss(ref, dt_grpo_token_loss, g);
+        if (!st) dt_grpo_begin(g, adv, 1.0 / ntokens), dt_grpo_restart(g, DT_GRPO_RECORD_REF), st = pass(ref, 0, R, 0, &ignored);
+        if (!st && !(st = load(p, dir, "old"))) dt_grpo_restart(g, DT_GRPO_RECORD_OLD), st = pass(p, 0, R, 0, &ignored);
+        if (!st) st = load(p, dir, "policy");
+        double s[DT_GRPO_NSTATS], eg = 0;
+        dt_grpo_stats(g, s, true);
+        dt_program_zero_grad(p);
+        if (!st) dt_grpo_restart(g, DT_GRPO_TRAIN), st = pass(p, 0, R, 1.0f, &loss);
+        snprintf(key, sizeof key, "%d.loss", k);
+        if (!st) st = dt_safetensors_read(f, key, 1, &one, 0, &want);
+        dt_model m;
+        dt_program_model(p, &m);
+        snprintf(key, sizeof key, "%d.grad.", k);
+        if (!st) st = fixture_named_grads_err(f, &m, key, names, &eg);
+        dt_grpo_stats(g, s, true);
+        snprintf(key, sizeof key, "%d.ratio", k);
+        /* (a loss near 0 is a difference of terms near 0.1-1, the advantages being centred: relative to 0.1 at least) */
+        double el = fabs(loss - want) / fmax(fabs(want), 0.1), er = 0, mine = s[DT_GRPO_CLIP_UNITS] > 0 ? s[DT_GRPO_CLIPPED] / s[DT_GRPO_CLIP_UNITS] : 0;
+        if (!st && !dt_safetensors_read(f, key, 1, &one, 0, &ratio)) er = fabs(mine - ratio);
+        char *desc = cJSON_PrintUnformatted(c);
+        if (!st && el > wl) wl = el, snprintf(worst_l, sizeof worst_l, "%.120s %.1e", desc, el);
+        if (!st && eg > wg) wg = eg, snprintf(worst_g, sizeof worst_g, "%.120s %.1e", desc, eg);
+        if (!st && er > wr) wr = er, snprintf(worst_r, sizeof worst_r, "%.120s %.4f vs %.4f", desc, mine, ratio);
+        if (!st && (el > 1e-5 || eg > 1e-5 || er > 1e-6)) printf("   %s: loss %.7f against TRL's %.7f (%.1e), gradients %.1e, clip ratio %.4f against %.4f\n", desc, loss, want, el, eg, mine, ratio);
+        free(desc);
+        dt_grpo_destroy(g);
+        k++;
+    }
+    snprintf(what, sizeof what, "%d more settings (epsilon_high, delta, sequence ratios, bnpo, cispo, sapo, luspo): TRL's loss, gradients, clip ratio", k);
+    snprintf(detail, sizeof detail, "worst loss %.1e (%s), gradients %.1e (%s), clip ratio %.1e (%s)", wl, worst_l, wg, worst_g, wr, worst_r);
+    if (!st) check(what, k >= 9 && wl <= 1e-5 && wg <= 1e-5 && wr <= 1e-6, detail);
+    else printf("FAIL grpo cases: %s\n", dt_last_error()), failed++;
+    /* scale_rewards "batch" (the whole batch's standard deviation) and "none" */
+    float rewards[R], want[R], got[R];
+    int dims[1] = { R };
+    for (int b = 0; !st && b < 2; b++) {
+        double sum = 0, sq = 0;
+        st = dt_safetensors_read(pol, "rewards", 1, dims, 0, rewards);
+        for (int i = 0; i < R; i++) sum += rewards[i], sq += rewards[i] * (double)rewards[i];
+        if (!st) st = dt_safetensors_read(f, b ? "adv_none" : "adv_batch", 1, dims, 0, want);
+        dt_grpo_advantages(rewards, R, G, b ? DT_GRPO_SCALE_NONE : DT_GRPO_SCALE_BATCH, dt_grpo_batch_sd(sum, sq, R), got);
+        snprintf(detail, sizeof detail, "worst %.1e", rel_err(got, want, R));
+        snprintf(what, sizeof what, "the advantages by scale_rewards \"%s\" are TRL's", b ? "none" : "batch");
+        if (!st) check(what, rel_err(got, want, R) <= 1e-6, detail);
+    }
+    if (!st) st = rows(false);
+    cJSON_Delete(cases), cJSON_Delete(names);
+    dt_program_destroy(p), dt_program_destroy(ref);
+    dt_safetensors_close(f);
+}
+
 /* The rules, a program's answers, the lines it reads, and its failures. */
 static void check_rewards(void) {
     const char *prompts[3] = { "Say \"hi\"", "p", "q" }, *texts[3] = { "the LORD and the LORD", "no\nlord here \xff", "LORD" };
@@ -227,6 +324,7 @@ int main(int argc, char **argv) {
     check_kind(dir, DT_GRPO_LOSS_DR_GRPO, "dr_grpo", NULL, 0);
     check_kind(dir, DT_GRPO_LOSS_GRPO, "plain", NULL, 1);
     check_kind(dir, DT_GRPO_LOSS_GRPO, "clip", "old", 0);
+    check_cases(dir);
     /* a tool's results in the completions (--grpo-tools' rows): out of the loss and of dapo's token count */
     if ((st = rows(true))) { printf("FAIL: %s\n", dt_last_error()); return 1; }
     check_kind(dir, DT_GRPO_LOSS_DAPO, "tools", NULL, 0);

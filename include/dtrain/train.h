@@ -24,7 +24,11 @@ extern "C" {
 /* Group relative policy optimization (train/grpo.c; the run's side in train/grpo_run.c): --grpo PROMPTS rolls out
  * group completions of each prompt with the decoder over the trainer's weights, scores them by --reward, and trains
  * on them by TRL's GRPOTrainer's loss. */
-typedef enum { DT_GRPO_LOSS_DAPO = 0, DT_GRPO_LOSS_GRPO, DT_GRPO_LOSS_DR_GRPO } dt_grpo_loss;
+typedef enum {
+    DT_GRPO_LOSS_DAPO = 0, DT_GRPO_LOSS_GRPO, DT_GRPO_LOSS_DR_GRPO, DT_GRPO_LOSS_BNPO, DT_GRPO_LOSS_CISPO, DT_GRPO_LOSS_SAPO,
+    DT_GRPO_LOSS_LUSPO, DT_GRPO_NLOSSES
+} dt_grpo_loss;
+typedef enum { DT_GRPO_SCALE_GROUP = 0, DT_GRPO_SCALE_BATCH, DT_GRPO_SCALE_NONE } dt_grpo_scale;
 typedef struct {
     const char *prompts;      /* --grpo FILE: a .jsonl of {"prompt": text} or a text file of one prompt a line (NULL: no GRPO) */
     const char *reward;       /* --reward SPEC (dt_reward_parse) */
@@ -34,6 +38,12 @@ typedef struct {
     int completion;           /* --completion-tokens N: a completion's most tokens (0: up to the row's end) */
     int top_k;                /* --top-k K: the sampling's (0: every token) */
     double beta, epsilon;     /* the KL's coefficient (0.04, the paper's) and the ratio's clipping (0.2) */
+    double epsilon_high;      /* --grpo-epsilon-high: the clipping's upper side (0: epsilon; DAPO's 0.28; cispo's cap) */
+    double delta;             /* --grpo-delta: two-sided clipping, the unclipped ratio capped at delta (0: none) */
+    int sequence;             /* --grpo-importance-sampling sequence: one ratio a completion (GSPO), not a token */
+    dt_grpo_scale scale;      /* --grpo-scale-rewards group (TRL's default), batch or none */
+    int mask_truncated;       /* --grpo-mask-truncated: a completion that did not end is left out of the loss */
+    double sapo_pos, sapo_neg; /* sapo's temperatures for positive and other advantages (0: TRL's 1 and 1.05) */
     float temperature;        /* the sampling's (1) */
     dt_grpo_loss loss;        /* --grpo-loss (dapo, TRL's default) */
     int plain_kl;             /* --grpo-kl plain: the KL term not times the ratio (TRL's use_bias_correction_kl=False) */
@@ -403,16 +413,22 @@ float dt_dpo_token_loss(void *ctx, int B, int T, const float *ce, const int32_t 
  * average over); dt_grpo_restart sends the next forwards back to row 0 in a mode: DT_GRPO_RECORD_REF records the
  * reference's log-probabilities (loss 0), DT_GRPO_RECORD_OLD trains and records pi_old (the rollout's first pass),
  * DT_GRPO_TRAIN trains against the recorded pi_old. Statistics since the last clear: completion tokens, the sum of
- * their KL estimates, and the tokens whose ratio the clipping stopped. */
+ * their KL estimates, the ratios the clipping stopped and how many ratios there were (tokens, or completions with
+ * --grpo-importance-sampling sequence; TRL's clip_ratio counts so). */
 typedef struct dt_grpo dt_grpo;
 enum { DT_GRPO_TRAIN = 0, DT_GRPO_RECORD_OLD, DT_GRPO_RECORD_REF };
-enum { DT_GRPO_TOKENS, DT_GRPO_KL, DT_GRPO_CLIPPED, DT_GRPO_NSTATS };
+enum { DT_GRPO_TOKENS, DT_GRPO_KL, DT_GRPO_CLIPPED, DT_GRPO_CLIP_UNITS, DT_GRPO_NSTATS };
 void dt_grpo_defaults(dt_grpo_config *c);
 dt_status dt_grpo_loss_parse(const char *s, dt_grpo_loss *out);
 const char *dt_grpo_loss_name(dt_grpo_loss k);
 dt_status dt_grpo_create(const dt_grpo_config *c, int rows, int T, dt_grpo **out);
 void dt_grpo_destroy(dt_grpo *g);
-void dt_grpo_advantages(const float *rewards, int n, int group, float *adv);
+dt_status dt_grpo_scale_parse(const char *s, dt_grpo_scale *out);
+/* n rewards' advantages, whole groups of group: each less its group's mean, over (scale) the group's standard deviation,
+ * or batch_sd (the whole batch's, every rank's: dt_grpo_batch_sd), or nothing; + 1e-4 (TRL's). */
+void dt_grpo_advantages(const float *rewards, int n, int group, dt_grpo_scale scale, double batch_sd, float *adv);
+/* The standard deviation (Bessel's) of a batch of count rewards from their sum and sum of squares. */
+double dt_grpo_batch_sd(double sum, double sumsq, double count);
 /* A row of T inputs and targets: the prompt's P tokens, then the completion's C (P + C <= T + 1), the completion's
  * tokens scored (the target of position t is token t + 1) but those mask marks 0 (the tools' results in it, TRL's
  * tool_mask; mask NULL: every one), the rest padding (0, DT_IGNORE_INDEX). */

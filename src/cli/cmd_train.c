@@ -101,8 +101,19 @@ static void usage(FILE *f) {
             "  --grpo-kl K        corrected (TRL's default: the k3 estimate times the ratio, DeepSeek-V3.2's unbiased\n"
             "                     gradient) or plain (the k3 estimate alone, the GRPO paper's)\n"
             "  --grpo-loss L      dapo (TRL's default: over the global batch's completion tokens), grpo (each\n"
-            "                     completion's mean), dr_grpo (over completions x --completion-tokens)\n"
-            "  --grpo-epsilon X (0.2)  --grpo-iterations N (1: steps a rollout trains, TRL's num_iterations)\n"
+            "                     completion's mean), dr_grpo (over completions x --completion-tokens), bnpo (over\n"
+            "                     the micro-batch's tokens), cispo (the capped ratio times the log-probability, over\n"
+            "                     the global batch's tokens; its cap --grpo-epsilon-high, 5 in ScaleRL), sapo (a soft\n"
+            "                     gate for the clip, --grpo-sapo-temperature-pos/-neg 1/1.05; as grpo's), luspo (each\n"
+            "                     completion's sum, over the completions)\n"
+            "  --grpo-epsilon X (0.2)  --grpo-epsilon-high X (the upper side, DAPO's 0.28; X by default)\n"
+            "  --grpo-delta X     two-sided clipping: the unclipped ratio capped at X (INTELLECT-2's; none)\n"
+            "  --grpo-importance-sampling token|sequence  a ratio a token (TRL's default) or a completion (GSPO)\n"
+            "  --grpo-scale-rewards group|batch|none  the advantages over the group's standard deviation (TRL's\n"
+            "                     default), the whole global batch's, or not scaled (Dr. GRPO)\n"
+            "  --grpo-mask-truncated  a completion that did not end leaves the loss (DAPO's; TRL's\n"
+            "                     mask_truncated_completions)\n"
+            "  --grpo-iterations N (1: steps a rollout trains, TRL's num_iterations)\n"
             "  --grpo-tools cmd:COMMAND  a completion's tool calls (by the chat template's form; the tools in its\n"
             "                     prompt's line) run by COMMAND (one {\"name\", \"arguments\", \"completion\": its number}\n"
             "                     line a call in, one result line out; {\"error\": ...} a failed call, the metrics'\n"
@@ -317,7 +328,7 @@ static const dt_cli_flag flags[] = {
     { "--strategy", "single, ddp, zero1, zero2 or zero3" }, { "--zero", "1, 2 or 3" }, { "--metrics", "a file path" }, { "--tensorboard", "a folder" },
     { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
     { "--report", "a directory" }, { "--config", "a JSON file" },
-    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--lora-dropout", "a probability from 0 to 0.999" }, { "--dpo-beta", "a number from 1e-6 to 1e6" }, { "--dpo-loss", "sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, sppo_hard, apo_zero, apo_down, discopop, sft or sigmoid_norm, comma-separated" }, { "--dpo-loss-weights", "numbers, comma-separated, one a --dpo-loss kind" }, { "--dpo-label-smoothing", "a number from 0 to 0.999" }, { "--dpo-discopop-tau", "a number from 1e-6 to 1e6" }, { "--dpo-f-divergence", "reverse_kl, forward_kl, js_divergence or alpha_divergence" }, { "--dpo-f-alpha", "a number from 1e-6 to 1000" }, { "--grpo", "a prompts file (.jsonl of {\"prompt\": text}, or one a line)" }, { "--reward", "contains:WORD, count:WORD or cmd:COMMAND" }, { "--chat-template-kwargs", "a JSON object" }, { "--grpo-loss", "dapo, grpo or dr_grpo" }, { "--grpo-kl", "corrected or plain" },
+    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--lora-dropout", "a probability from 0 to 0.999" }, { "--dpo-beta", "a number from 1e-6 to 1e6" }, { "--dpo-loss", "sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, sppo_hard, apo_zero, apo_down, discopop, sft or sigmoid_norm, comma-separated" }, { "--dpo-loss-weights", "numbers, comma-separated, one a --dpo-loss kind" }, { "--dpo-label-smoothing", "a number from 0 to 0.999" }, { "--dpo-discopop-tau", "a number from 1e-6 to 1e6" }, { "--dpo-f-divergence", "reverse_kl, forward_kl, js_divergence or alpha_divergence" }, { "--dpo-f-alpha", "a number from 1e-6 to 1000" }, { "--grpo", "a prompts file (.jsonl of {\"prompt\": text}, or one a line)" }, { "--reward", "contains:WORD, count:WORD or cmd:COMMAND" }, { "--chat-template-kwargs", "a JSON object" }, { "--grpo-loss", "dapo, grpo, dr_grpo, bnpo, cispo, sapo or luspo" }, { "--grpo-scale-rewards", "group, batch or none" }, { "--grpo-importance-sampling", "token or sequence" }, { "--grpo-epsilon-high", "a number from 1e-6 to 1000" }, { "--grpo-delta", "a number from 1e-6 to 1e6" }, { "--grpo-sapo-temperature-pos", "a number from 1e-6 to 1e6" }, { "--grpo-sapo-temperature-neg", "a number from 1e-6 to 1e6" }, { "--grpo-mask-truncated", "" }, { "--grpo-kl", "corrected or plain" },
     { "--grpo-group", "a whole number from 2 to 4096" }, { "--grpo-iterations", "a whole number from 1 to 1000" }, { "--grpo-tool-turns", "a whole number from 0 to 1000000" }, { "--grpo-tools", "cmd:COMMAND or proc:COMMAND" }, { "--grpo-beta", "a number from 0 to 1e6" }, { "--grpo-epsilon", "a number from 0 to 1e3" },
     { "--completion-tokens", "a whole number from 1 to 1e6" }, { "--temperature", "a number from 0 to 100" }, { "--top-k", "a whole number from 0 (all) to 2^30" },
     { "--lora-targets", "module names, comma-separated (c_attn,c_proj; q_proj,v_proj)" },
@@ -469,6 +480,8 @@ static int layout_flag(const char *f, const char *v, dt_train_config *c) {
 static int run_flag(const char *f, const char *v, dt_train_config *c) {
     bool ok = true;
     if (!strcmp(f, "--grpo-loss")) ok = !dt_grpo_loss_parse(v, &c->grpo.loss);
+    else if (!strcmp(f, "--grpo-scale-rewards")) ok = !dt_grpo_scale_parse(v, &c->grpo.scale);
+    else if (!strcmp(f, "--grpo-importance-sampling")) ok = !strcmp(v, "token") || !strcmp(v, "sequence"), c->grpo.sequence = !strcmp(v, "sequence");
     else if (!strcmp(f, "--dpo-loss")) ok = !dt_dpo_losses_parse(v, &c->dpo);
     else if (!strcmp(f, "--dpo-loss-weights")) ok = !dt_dpo_weights_parse(v, &c->dpo);
     else if (!strcmp(f, "--dpo-f-divergence")) ok = !dt_dpo_divergence_parse(v, &c->dpo);
@@ -561,7 +574,7 @@ static int number_flag(const char *f, const char *v, dt_train_config *c, train_o
         { "--expert-groups", 1, 4096, 1, &c->shape.expert_groups, 'i' }, { "--group-top-k", 1, 4096, 1, &c->shape.group_top_k, 'i' },
         { "--routed-scale", 1e-6, 1e3, 0, &c->shape.routed_scale, 'f' }, { "--bias-update", 0, 1, 0, &c->shape.bias_rate, 'f' },
         { "--capacity-factor", 1e-6, 1e3, 0, &c->shape.capacity_factor, 'f' }, { "--lora-rank", 1, 65536, 1, &c->lora.rank, 'i' },
-        { "--lora-alpha", 1e-6, 1e6, 0, &c->lora.alpha, 'f' }, { "--lora-dropout", 0, 0.999, 0, &c->lora.dropout, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c->dpo.beta, 'd' }, { "--dpo-label-smoothing", 0, 0.999, 0, &c->dpo.label_smoothing, 'd' }, { "--dpo-discopop-tau", 1e-6, 1e6, 0, &c->dpo.discopop_tau, 'd' }, { "--dpo-f-alpha", 1e-6, 1e3, 0, &c->dpo.f_alpha, 'd' }, { "--grpo-group", 2, 4096, 1, &c->grpo.group, 'i' }, { "--grpo-iterations", 1, 1000, 1, &c->grpo.iterations, 'i' }, { "--grpo-tool-turns", 0, 1e6, 1, &c->grpo.tool_turns, 'i' }, { "--grpo-beta", 0, 1e6, 0, &c->grpo.beta, 'd' }, { "--grpo-epsilon", 0, 1e3, 0, &c->grpo.epsilon, 'd' }, { "--completion-tokens", 1, 1e6, 1, &c->grpo.completion, 'i' }, { "--temperature", 0, 100, 0, &c->grpo.temperature, 'f' }, { "--top-k", 0, 1 << 30, 1, &c->grpo.top_k, 'i' }, { "--moe-z-loss", 0, 1e3, 0, &c->moe_z_loss, 'f' }, { "--moe-seq-aux-loss", 0, 1e3, 0, &c->moe_seq_aux_loss, 'f' }, { "--moe-global-aux-loss", 0, 1e3, 0, &c->moe_global_aux_loss, 'f' }, { "--shared-experts", 1, 64, 1, &c->shared_experts, 'i' }, { "--moe-every", 1, 1e5, 1, &c->shape.moe_every, 'i' }, { "--first-dense", 0, 1e5, 1, &c->shape.first_dense, 'i' }, { "--dense-ffn", 1, 1e7, 1, &c->shape.dense_ffn, 'i' }, { "--print-every", 1, 1e9, 1, &c->print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c->stall_timeout, 'd' },
+        { "--lora-alpha", 1e-6, 1e6, 0, &c->lora.alpha, 'f' }, { "--lora-dropout", 0, 0.999, 0, &c->lora.dropout, 'f' }, { "--dpo-beta", 1e-6, 1e6, 0, &c->dpo.beta, 'd' }, { "--dpo-label-smoothing", 0, 0.999, 0, &c->dpo.label_smoothing, 'd' }, { "--dpo-discopop-tau", 1e-6, 1e6, 0, &c->dpo.discopop_tau, 'd' }, { "--dpo-f-alpha", 1e-6, 1e3, 0, &c->dpo.f_alpha, 'd' }, { "--grpo-group", 2, 4096, 1, &c->grpo.group, 'i' }, { "--grpo-iterations", 1, 1000, 1, &c->grpo.iterations, 'i' }, { "--grpo-tool-turns", 0, 1e6, 1, &c->grpo.tool_turns, 'i' }, { "--grpo-beta", 0, 1e6, 0, &c->grpo.beta, 'd' }, { "--grpo-epsilon", 0, 1e3, 0, &c->grpo.epsilon, 'd' }, { "--grpo-epsilon-high", 1e-6, 1e3, 0, &c->grpo.epsilon_high, 'd' }, { "--grpo-delta", 1e-6, 1e6, 0, &c->grpo.delta, 'd' }, { "--grpo-sapo-temperature-pos", 1e-6, 1e6, 0, &c->grpo.sapo_pos, 'd' }, { "--grpo-sapo-temperature-neg", 1e-6, 1e6, 0, &c->grpo.sapo_neg, 'd' }, { "--completion-tokens", 1, 1e6, 1, &c->grpo.completion, 'i' }, { "--temperature", 0, 100, 0, &c->grpo.temperature, 'f' }, { "--top-k", 0, 1 << 30, 1, &c->grpo.top_k, 'i' }, { "--moe-z-loss", 0, 1e3, 0, &c->moe_z_loss, 'f' }, { "--moe-seq-aux-loss", 0, 1e3, 0, &c->moe_seq_aux_loss, 'f' }, { "--moe-global-aux-loss", 0, 1e3, 0, &c->moe_global_aux_loss, 'f' }, { "--shared-experts", 1, 64, 1, &c->shared_experts, 'i' }, { "--moe-every", 1, 1e5, 1, &c->shape.moe_every, 'i' }, { "--first-dense", 0, 1e5, 1, &c->shape.first_dense, 'i' }, { "--dense-ffn", 1, 1e7, 1, &c->shape.dense_ffn, 'i' }, { "--print-every", 1, 1e9, 1, &c->print_every, 'i' }, { "--stall-timeout", 0, 1e6, 0, &c->stall_timeout, 'd' },
     };
     return dt_cli_number_flag(nums, sizeof nums / sizeof nums[0], f, v);
 }
@@ -624,7 +637,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         { "--nesterov", &o.nesterov }, { "--quiet", &c.quiet }, { "--overwrite", &c.overwrite }, { "--recompute", &c.recompute },
         { "--tf32", &c.tf32 }, { "--sp", &c.sp }, { "--pack", &c.pack }, { "--pp-schedule-print", &c.pp_print },
         { "--step-at-end", &c.step_at_end }, { "--sync-bn", &c.sync_bn }, { "--synthetic", &c.synthetic },
-        { "--shuffle-rows", &c.shuffle_rows },
+        { "--shuffle-rows", &c.shuffle_rows }, { "--grpo-mask-truncated", &c.grpo.mask_truncated },
     };
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -633,6 +646,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         while (sw < sizeof switches / sizeof *switches && strcmp(f, switches[sw].name)) sw++;
         if (sw < sizeof switches / sizeof *switches) {
             *switches[sw].on = 1;
+            note_family(&o, f);
             continue;
         }
         i++;

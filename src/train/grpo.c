@@ -1,18 +1,22 @@
 /* Group relative policy optimization (Shao et al. 2024, DeepSeekMath) as TRL's GRPOTrainer computes its loss: each
  * prompt's G completions are scored, a completion's advantage is its reward less its group's mean over the group's
- * standard deviation (+ 1e-4), and each completion token t adds
- *     l_t = -min(r_t A, clip(r_t, 1 - eps, 1 + eps) A) + beta k3_t,   r_t = pi(t) / pi_old(t),
+ * standard deviation (+ 1e-4; or the batch's, or none: --grpo-scale-rewards), and each completion token t adds
+ *     l_t = -min(c_t A, clip(r_t, 1 - eps, 1 + eps_high) A) + beta k3_t,   r_t = pi(t) / pi_old(t), c_t = min(r_t, delta),
  *     k3_t = exp(ref_t - logp_t) - (ref_t - logp_t) - 1             (Schulman's estimator of KL(pi || ref)),
  * the KL term taken times r_t (TRL's use_bias_correction_kl, its default: DeepSeek-V3.2's unbiased gradient; r_t is 1
- * on the rollout's first pass, but its gradient is not 0) unless plain_kl,
- * summed over the completion's tokens by the loss kind's weights: dapo (TRL's default) divides by the global batch's
- * completion tokens, grpo by each completion's length and the completions, dr_grpo by the completions times the
- * longest completion allowed.
+ * on the rollout's first pass, but its gradient is not 0) unless plain_kl; delta (INTELLECT-2's two-sided clipping)
+ * none unless given; with --grpo-importance-sampling sequence (GSPO) r_t is the completion's one ratio, the exp of its
+ * tokens' mean log-ratio. Other kinds replace the policy term: cispo -min(r_t, eps_high) A logp_t (the capped ratio a
+ * constant), sapo -sigmoid(tau (r_t - 1)) 4 / tau A (tau by the advantage's sign). The terms are summed over the
+ * completion's tokens by the loss kind's weights: dapo (TRL's default) and cispo divide by the global batch's
+ * completion tokens, grpo and sapo by each completion's length and the completions, bnpo by the micro-batch's tokens,
+ * dr_grpo by the completions times the longest completion allowed, luspo by the completions alone.
  *
  * The seam is the program's token loss (dt_program_set_token_loss), as DPO's: log pi(t) is minus the token's
- * cross-entropy, so d(loss)/d(ce_t) = -dl_t/dlogp_t times the token's weight, where
- *     dl_t/dlogp_t = -r_t A (when the unclipped term is the min; 0 when the clipped one is, outside the range)
- *                    + beta r_t (k3_t + 1 - exp(ref_t - logp_t))    (plain_kl: + beta (1 - exp(ref_t - logp_t))).
+ * cross-entropy, so d(loss)/d(ce_t) = -dl/dlogp_t times the token's weight. A term's derivative has a part through the
+ * ratio (dl/dlog r: -c_t A where the unclipped term is the min and c_t is not capped, 0 where the clipped one is,
+ * outside the range; the KL's r_t k3_t) and a direct part (the KL's r_t (1 - exp(ref_t - logp_t)), cispo's capped ratio
+ * times -A); a token's log r moves with its own logp, a completion's (sequence) with each of its tokens' by 1 / n.
  * A step's rows are this rank's completions in order; forwards read them a micro-batch at a time from row 0 (a cursor,
  * restarted each step). The first pass over a rollout records pi_old (= pi: r_t is exactly 1, as TRL's detached
  * copy); later iterations over the same rollout (--grpo-iterations) read it. In reference mode forwards record the
@@ -39,15 +43,22 @@ void dt_grpo_defaults(dt_grpo_config *c) {
     *c = (dt_grpo_config){ .group = 8, .iterations = 1, .beta = 0.04, .epsilon = 0.2, .temperature = 1.0f, .loss = DT_GRPO_LOSS_DAPO };
 }
 
-static const char *const loss_names[] = { "dapo", "grpo", "dr_grpo" };
+static const char *const loss_names[DT_GRPO_NLOSSES] = { "dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo" };
+static const char *const scale_names[] = { "group", "batch", "none" };
 
 dt_status dt_grpo_loss_parse(const char *s, dt_grpo_loss *out) {
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < DT_GRPO_NLOSSES; k++)
         if (!strcmp(s, loss_names[k])) { *out = (dt_grpo_loss)k; return DT_OK; }
-    return dt_error(DT_ERR_ARG, "--grpo-loss %s: dapo (TRL's default), grpo or dr_grpo", s);
+    return dt_error(DT_ERR_ARG, "--grpo-loss %s: dapo (TRL's default), grpo, dr_grpo, bnpo, cispo, sapo or luspo", s);
 }
 
-const char *dt_grpo_loss_name(dt_grpo_loss k) { return (unsigned)k < 3 ? loss_names[k] : "?"; }
+const char *dt_grpo_loss_name(dt_grpo_loss k) { return (unsigned)k < DT_GRPO_NLOSSES ? loss_names[k] : "?"; }
+
+dt_status dt_grpo_scale_parse(const char *s, dt_grpo_scale *out) {
+    for (int k = 0; k < 3; k++)
+        if (!strcmp(s, scale_names[k])) { *out = (dt_grpo_scale)k; return DT_OK; }
+    return dt_error(DT_ERR_ARG, "--grpo-scale-rewards %s: group (TRL's default), batch or none", s);
+}
 
 dt_status dt_grpo_create(const dt_grpo_config *c, int rows, int T, dt_grpo **out) {
     *out = NULL;
@@ -58,6 +69,9 @@ dt_status dt_grpo_create(const dt_grpo_config *c, int rows, int T, dt_grpo **out
     if (g) g->adv = calloc((size_t)rows, sizeof(float)), g->ref = calloc(n, sizeof(float)), g->old = calloc(n, sizeof(float));
     if (!g || !g->adv || !g->ref || !g->old) { dt_grpo_destroy(g); return dt_error(DT_ERR_NOMEM, "grpo: out of memory for %d rows", rows); }
     g->c = *c, g->rows = rows, g->T = T;
+    if (g->c.epsilon_high == 0) g->c.epsilon_high = g->c.epsilon; /* (TRL's: epsilon_high None) */
+    if (g->c.sapo_pos == 0) g->c.sapo_pos = 1.0;
+    if (g->c.sapo_neg == 0) g->c.sapo_neg = 1.05;
     *out = g;
     return DT_OK;
 }
@@ -68,15 +82,20 @@ void dt_grpo_destroy(dt_grpo *g) {
     free(g);
 }
 
-void dt_grpo_advantages(const float *rewards, int n, int group, float *adv) {
+void dt_grpo_advantages(const float *rewards, int n, int group, dt_grpo_scale scale, double batch_sd, float *adv) {
     for (int g0 = 0; g0 + group <= n; g0 += group) {
         double mean = 0, var = 0;
         for (int k = 0; k < group; k++) mean += rewards[g0 + k];
         mean /= group;
         for (int k = 0; k < group; k++) var += (rewards[g0 + k] - mean) * (rewards[g0 + k] - mean);
-        double sd = sqrt(var / (group - 1)); /* torch's std: Bessel's correction */
-        for (int k = 0; k < group; k++) adv[g0 + k] = (float)((rewards[g0 + k] - mean) / (sd + 1e-4));
+        double sd = scale == DT_GRPO_SCALE_BATCH ? batch_sd : sqrt(var / (group - 1)); /* torch's std: Bessel's correction */
+        for (int k = 0; k < group; k++)
+            adv[g0 + k] = (float)(scale == DT_GRPO_SCALE_NONE ? rewards[g0 + k] - mean : (rewards[g0 + k] - mean) / (sd + 1e-4));
     }
+}
+
+double dt_grpo_batch_sd(double sum, double sumsq, double count) {
+    return count > 1 ? sqrt(fmax(0, (sumsq - sum * sum / count) / (count - 1))) : 0;
 }
 
 void dt_grpo_row(const int32_t *prompt, int P, const int32_t *completion, const unsigned char *mask, int C, int T, int32_t *in, int32_t *tg) {
@@ -101,50 +120,97 @@ void dt_grpo_stats(dt_grpo *g, double out[DT_GRPO_NSTATS], bool clear) {
 
 const float *dt_grpo_reference(const dt_grpo *g) { return g->ref; }
 
-/* The weight of each of a row's n scored tokens in a micro-batch of B rows. */
-static double token_weight(const dt_grpo *g, int n, int B) {
+/* The weight of each of a row's n scored tokens in a micro-batch of B rows holding mb scored tokens. */
+static double token_weight(const dt_grpo *g, int n, int B, int mb) {
     switch (g->c.loss) {
-    case DT_GRPO_LOSS_GRPO: return n > 0 ? 1.0 / ((double)n * B) : 0;
+    case DT_GRPO_LOSS_GRPO: case DT_GRPO_LOSS_SAPO: return n > 0 ? 1.0 / ((double)n * B) : 0;
     case DT_GRPO_LOSS_DR_GRPO: return 1.0 / ((double)B * g->c.completion);
-    default: return g->token_scale;
+    case DT_GRPO_LOSS_BNPO: return 1.0 / (mb > 1 ? mb : 1);
+    case DT_GRPO_LOSS_LUSPO: return 1.0 / B;
+    default: return g->token_scale; /* dapo, cispo */
     }
 }
 
-/* Token t of a row (its log-probability lp, advantage A): its loss and d(loss)/d(lp); statistics counted. */
-static double token_loss(dt_grpo *g, double lp, double old, double ref, double A, double *dlp) {
-    double r = exp(lp - old), lo = 1 - g->c.epsilon, hi = 1 + g->c.epsilon, clipped = r < lo ? lo : r > hi ? hi : r;
-    bool unclipped = r * A <= clipped * A; /* the min's term (ties: either; their gradients agree inside the range) */
-    double x = ref - lp, k3 = g->c.beta != 0 ? exp(x) - x - 1 : 0, dk3 = g->c.beta != 0 ? 1 - exp(x) : 0;
-    /* TRL's use_bias_correction_kl (its default): the KL term times the ratio, whose gradient counts where r is 1 */
-    double kl = g->c.plain_kl ? k3 : r * k3, dkl = g->c.plain_kl ? dk3 : r * (k3 + dk3);
-    *dlp = (unclipped ? -r * A : 0) + g->c.beta * dkl;
-    g->stats[DT_GRPO_TOKENS] += 1;
-    g->stats[DT_GRPO_KL] += kl;
-    g->stats[DT_GRPO_CLIPPED] += (r < lo && A < 0) || (r > hi && A > 0); /* TRL's clip_ratio's low and high regions */
-    return -fmin(r * A, clipped * A) + g->c.beta * kl;
+/* A token's policy term at ratio r = exp(lr) (its own, or its completion's) and advantage A: its value, its derivative
+ * by lr (*dr) and by the token's log-probability lp directly (*dlp); whether the clipping stopped it counted. */
+static double policy_term(dt_grpo *g, double lr, double lp, double A, double *dr, double *dlp, bool *clipped) {
+    double r = exp(lr), lo = 1 - g->c.epsilon, hi = 1 + g->c.epsilon_high;
+    *dr = *dlp = 0;
+    switch (g->c.loss) {
+    case DT_GRPO_LOSS_CISPO: { /* the capped ratio is a constant (TRL's detach) */
+        double cap = fmin(r, g->c.epsilon_high);
+        *clipped = r > g->c.epsilon_high && A > 0, *dlp = -cap * A;
+        return -cap * A * lp;
+    }
+    case DT_GRPO_LOSS_SAPO: {
+        double tau = A > 0 ? g->c.sapo_pos : g->c.sapo_neg, s = 1 / (1 + exp(-tau * (r - 1)));
+        *clipped = false, *dr = -A * 4 * s * (1 - s) * r;
+        return -s * 4 / tau * A;
+    }
+    default: {
+        double cr = r < lo ? lo : r > hi ? hi : r, c1 = g->c.delta > 0 && r > g->c.delta ? g->c.delta : r;
+        bool unclipped = c1 * A <= cr * A; /* the min's term (ties: either; their gradients agree inside the range) */
+        *clipped = (r < lo && A < 0) || (r > hi && A > 0); /* TRL's clip_ratio's low and high regions */
+        *dr = unclipped ? (c1 == r ? -r * A : 0) : (cr == r ? -r * A : 0);
+        return -fmin(c1 * A, cr * A);
+    }
+    }
+}
+
+/* Token t's KL term at the ratio r = exp(lr) (times it unless plain_kl): its value, *dr and *dlp added to. */
+static double kl_term(dt_grpo *g, double lp, double ref, double lr, double *dr, double *dlp) {
+    if (g->c.beta == 0) return 0;
+    double x = ref - lp, k3 = exp(x) - x - 1, dk3 = 1 - exp(x), r = exp(lr);
+    g->stats[DT_GRPO_KL] += g->c.plain_kl ? k3 : r * k3;
+    if (g->c.plain_kl) { *dlp += g->c.beta * dk3; return g->c.beta * k3; }
+    *dr += g->c.beta * r * k3, *dlp += g->c.beta * r * dk3; /* TRL's use_bias_correction_kl: the ratio's gradient counts where r is 1 */
+    return g->c.beta * r * k3;
+}
+
+/* Row b of a micro-batch (its targets tg, cross-entropies ce, weights out into dce; global row i): recorded, or its
+ * loss (the weights w of its n scored tokens) returned. */
+static double row_loss(dt_grpo *g, int i, int T, const float *ce, const int32_t *tg, float *dce, double w, int n) {
+    size_t at = (size_t)i * (size_t)T;
+    double A = g->adv[i], loss = 0, seq = 0, through = 0; /* through: the row's sum of dl/dlog r (sequence level) */
+    for (int t = 0; t < T; t++) {
+        if (tg[t] == DT_IGNORE_INDEX) continue;
+        double lp = -(double)ce[t];
+        if (g->mode == DT_GRPO_RECORD_REF) g->ref[at + t] = (float)lp;
+        if (g->mode == DT_GRPO_RECORD_OLD) g->old[at + t] = (float)lp;
+        seq += g->mode == DT_GRPO_RECORD_OLD ? 0 : lp - g->old[at + t]; /* the first pass: r = 1 exactly */
+    }
+    if (g->mode == DT_GRPO_RECORD_REF) return 0;
+    seq /= n > 1 ? n : 1;
+    bool clipped = false;
+    for (int t = 0; t < T; t++) {
+        if (tg[t] == DT_IGNORE_INDEX) continue;
+        double lp = -(double)ce[t], lr = g->c.sequence ? seq : g->mode == DT_GRPO_RECORD_OLD ? 0 : lp - g->old[at + t], dr, dlp;
+        loss += w * (policy_term(g, lr, lp, A, &dr, &dlp, &clipped) + kl_term(g, lp, g->ref[at + t], lr, &dr, &dlp));
+        if (!g->c.sequence) dlp += dr, g->stats[DT_GRPO_CLIPPED] += clipped, g->stats[DT_GRPO_CLIP_UNITS] += 1;
+        else through += dr;
+        dce[t] = (float)(-dlp * w);
+        g->stats[DT_GRPO_TOKENS] += 1;
+    }
+    if (g->c.sequence && n > 0) { /* each token moves the completion's ratio by 1 / n of its log */
+        for (int t = 0; t < T; t++)
+            if (tg[t] != DT_IGNORE_INDEX) dce[t] -= (float)(through / n * w);
+        g->stats[DT_GRPO_CLIPPED] += clipped, g->stats[DT_GRPO_CLIP_UNITS] += 1;
+    }
+    return loss;
 }
 
 float dt_grpo_token_loss(void *ctx, int B, int T, const float *ce, const int32_t *targets, float *dce) {
     dt_grpo *g = ctx;
-    int row0 = g->cursor;
+    int row0 = g->cursor, mb = 0;
     g->cursor += B;
     if (row0 + B > g->rows || T != g->T) return NAN; /* more rows than the rollout has: a caller's mistake, made visible */
+    for (size_t k = 0; k < (size_t)B * (size_t)T; k++) mb += targets[k] != DT_IGNORE_INDEX, dce[k] = 0;
     double loss = 0;
     for (int b = 0; b < B; b++) {
-        size_t at = (size_t)(row0 + b) * (size_t)T, in = (size_t)b * (size_t)T;
+        size_t in = (size_t)b * (size_t)T;
         int n = 0;
-        for (int t = 0; t < T; t++) n += targets[in + t] != DT_IGNORE_INDEX, dce[in + t] = 0;
-        double w = token_weight(g, n, B), A = g->adv[row0 + b];
-        for (int t = 0; t < T; t++) {
-            if (targets[in + t] == DT_IGNORE_INDEX) continue;
-            double lp = -(double)ce[in + t], dlp;
-            if (g->mode == DT_GRPO_RECORD_REF) { g->ref[at + t] = (float)lp; continue; }
-            if (g->mode == DT_GRPO_RECORD_OLD) g->old[at + t] = (float)lp;
-            double old = g->mode == DT_GRPO_RECORD_OLD ? lp : g->old[at + t]; /* the first pass: r = 1 exactly */
-            double l = token_loss(g, lp, old, g->ref[at + t], A, &dlp);
-            loss += w * l;
-            dce[in + t] = (float)(-dlp * w);
-        }
+        for (int t = 0; t < T; t++) n += targets[in + t] != DT_IGNORE_INDEX;
+        loss += row_loss(g, row0 + b, T, ce + in, targets + in, dce + in, token_weight(g, n, B, mb), n);
     }
     return g->mode == DT_GRPO_RECORD_REF ? 0 : (float)loss;
 }

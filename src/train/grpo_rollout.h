@@ -8,7 +8,7 @@
 #include <cjson/cJSON.h>
 
 /* A rollout's figures (dt_grpo_run.stats), summed over the ranks for the step's metrics. */
-enum { S_ROWS, S_REWARD, S_REWARD_SQ, S_TOKENS, S_FLAT_GROUPS, S_DECODE_S, S_KL, S_CLIPPED, S_LOSS_TOKENS, S_TOOL_CALLS, S_TOOL_FAILS, S_N };
+enum { S_ROWS, S_REWARD, S_REWARD_SQ, S_TOKENS, S_FLAT_GROUPS, S_DECODE_S, S_KL, S_CLIPPED, S_CLIP_UNITS, S_LOSS_TOKENS, S_TOOL_CALLS, S_TOOL_FAILS, S_GENERATED, S_N };
 
 typedef struct {
     int32_t *toks;
@@ -18,6 +18,7 @@ typedef struct {
     int prompt;             /* which of the file's prompts it completes */
     uint64_t place;         /* that prompt's place in the stream (its draws') */
     int seg;                /* where the answer being generated began (after the last results) */
+    bool dropped;           /* --grpo-mask-truncated and it did not end: out of the loss (its targets ignored) */
     cJSON *turns;           /* one that called tools: its answers and the results, as the reward reads them (else NULL) */
 } dt_grpo_completion;
 

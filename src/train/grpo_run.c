@@ -129,13 +129,22 @@ dt_status dt_train_setup_grpo(run *r) {
         !(st = alloc_rows(gr)))
         st = dt_program_set_token_loss(dt_gpt2_program(r->m), dt_grpo_token_loss, gr->g);
     if (!st && c->grpo.beta > 0) st = make_reference(r, gr);
-    if (!st && r->rank == 0 && !c->quiet)
+    if (!st && r->rank == 0 && !c->quiet) {
+        const dt_grpo_config *g = &c->grpo;
+        char more[200] = "";
+        int n = 0;
+        if (g->epsilon_high > 0) n += snprintf(more + n, sizeof more - (size_t)n, ", epsilon_high %g", g->epsilon_high);
+        if (n < (int)sizeof more && g->delta > 0) n += snprintf(more + n, sizeof more - (size_t)n, ", delta %g", g->delta);
+        if (n < (int)sizeof more && g->sequence) n += snprintf(more + n, sizeof more - (size_t)n, ", a ratio a completion (GSPO)");
+        if (n < (int)sizeof more && g->scale != DT_GRPO_SCALE_GROUP)
+            n += snprintf(more + n, sizeof more - (size_t)n, ", rewards scaled by %s", g->scale == DT_GRPO_SCALE_BATCH ? "the batch" : "nothing");
+        if (n < (int)sizeof more && g->mask_truncated) snprintf(more + n, sizeof more - (size_t)n, ", truncated completions left out");
         printf("GRPO: %d prompts from %s, %d completions each (of at most %d tokens, temperature %g%s), %d prompts a step over %d "
-               "rank%s, --reward %s; TRL's %s loss, beta %g (the reference: %s), epsilon %g, %d iteration%s a rollout\n",
-               gr->prompts.n, c->grpo.prompts, c->grpo.group, c->grpo.completion, c->grpo.temperature,
-               c->grpo.top_k ? ", top-k" : "", gr->per_rank * r->dp_size, r->dp_size, r->dp_size == 1 ? "" : "s", c->grpo.reward,
-               dt_grpo_loss_name(c->grpo.loss), c->grpo.beta, c->grpo.beta > 0 ? "the starting model" : "none", c->grpo.epsilon,
-               c->grpo.iterations, c->grpo.iterations == 1 ? "" : "s");
+               "rank%s, --reward %s; TRL's %s loss, beta %g (the reference: %s), epsilon %g%s, %d iteration%s a rollout\n",
+               gr->prompts.n, g->prompts, g->group, g->completion, g->temperature, g->top_k ? ", top-k" : "",
+               gr->per_rank * r->dp_size, r->dp_size, r->dp_size == 1 ? "" : "s", g->reward, dt_grpo_loss_name(g->loss), g->beta,
+               g->beta > 0 ? "the starting model" : "none", g->epsilon, more, g->iterations, g->iterations == 1 ? "" : "s");
+    }
     if (!st && r->rank == 0 && !c->quiet && gr->form) {
         char turns[48] = "as many rounds as a row holds";
         if (c->grpo.tool_turns) snprintf(turns, sizeof turns, "at most %d round%s", c->grpo.tool_turns, c->grpo.tool_turns == 1 ? "" : "s");
@@ -242,17 +251,25 @@ static dt_status score(run *r, dt_grpo_run *gr) {
     size_t *lens = malloc(sizeof(size_t) * (size_t)gr->rows);
     dt_status st = prompts && messages && texts && turns && lens ? DT_OK : dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
     for (int i = 0; !st && i < gr->rows; i++) {
-        const dt_grpo_completion *c = &gr->done[i];
+        dt_grpo_completion *c = &gr->done[i];
         int p = c->prompt;
+        int32_t *tg = gr->tg + (size_t)i * gr->T;
         prompts[i] = gr->prompts.text[p], messages[i] = gr->prompts.messages[p];
-        dt_grpo_row(gr->prompts.toks[p], gr->prompts.len[p], c->toks, c->mask, c->n, gr->T, gr->in + (size_t)i * gr->T, gr->tg + (size_t)i * gr->T);
+        dt_grpo_row(gr->prompts.toks[p], gr->prompts.len[p], c->toks, c->mask, c->n, gr->T, gr->in + (size_t)i * gr->T, tg);
+        /* TRL's mask_truncated_completions: one that did not end (its last token no end) leaves the loss */
+        c->dropped = r->c.grpo.mask_truncated && (c->n == 0 || !dt_token_ends_has(&gr->ends, c->toks[c->n - 1]));
+        for (int t = 0; c->dropped && t < gr->T; t++) tg[t] = DT_IGNORE_INDEX;
         if (!(texts[i] = dt_grpo_completion_text(gr, c, 0, c->n, &lens[i])) || (c->turns && !(turns[i] = dt_json_print_compact(c->turns))))
             st = dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
     }
     if (!st)
         st = dt_reward_score(gr->reward, gr->rows, prompts, (const char *const *)messages, (const char *const *)texts, lens,
                              (const char *const *)turns, gr->rewards);
-    if (!st) dt_grpo_advantages(gr->rewards, gr->rows, r->c.grpo.group, gr->adv);
+    double sums[2] = { 0, 0 }; /* --grpo-scale-rewards batch: the global batch's sum and sum of squares */
+    for (int i = 0; i < gr->rows; i++) sums[0] += gr->rewards[i], sums[1] += gr->rewards[i] * (double)gr->rewards[i];
+    if (!st && r->c.grpo.scale == DT_GRPO_SCALE_BATCH && r->nranks > 1) st = dt_comm_allreduce(r->w, sums, sums, 2, DT_F64, DT_SUM);
+    double sd = dt_grpo_batch_sd(sums[0], sums[1], (double)gr->rows * r->nranks);
+    if (!st) dt_grpo_advantages(gr->rewards, gr->rows, r->c.grpo.group, r->c.grpo.scale, sd, gr->adv);
     if (!st && r->rank == 0) {
         free(gr->sample);
         gr->sample = dt_utf8_clean(texts[0], lens[0], NULL);
@@ -262,8 +279,8 @@ static dt_status score(run *r, dt_grpo_run *gr) {
     return st;
 }
 
-/* The tokens of c the loss scores: the model's (not the tools' results). */
-static int scored_tokens(const dt_grpo_completion *c) {
+/* The tokens of c the model generated (not the tools' results). */
+static int generated_tokens(const dt_grpo_completion *c) {
     int n = 0;
     for (int t = 0; t < c->n; t++) n += c->mask[t];
     return n;
@@ -275,7 +292,12 @@ static dt_status count(run *r, dt_grpo_run *gr, double *token_scale) {
     int G = r->c.grpo.group;
     double *s = gr->stats;
     s[S_ROWS] = gr->rows, s[S_REWARD] = s[S_REWARD_SQ] = s[S_TOKENS] = s[S_FLAT_GROUPS] = 0; /* (S_TOOL_CALLS, S_TOOL_FAILS: the rollout's) */
-    for (int i = 0; i < gr->rows; i++) s[S_REWARD] += gr->rewards[i], s[S_REWARD_SQ] += gr->rewards[i] * (double)gr->rewards[i], s[S_TOKENS] += scored_tokens(&gr->done[i]);
+    s[S_GENERATED] = 0;
+    for (int i = 0; i < gr->rows; i++) {
+        int n = generated_tokens(&gr->done[i]);
+        s[S_REWARD] += gr->rewards[i], s[S_REWARD_SQ] += gr->rewards[i] * (double)gr->rewards[i];
+        s[S_GENERATED] += n, s[S_TOKENS] += gr->done[i].dropped ? 0 : n; /* (the loss's: dapo's count) */
+    }
     for (int g0 = 0; g0 < gr->rows; g0 += G) {
         bool flat = true;
         for (int k = 1; k < G; k++) flat = flat && gr->rewards[g0 + k] == gr->rewards[g0];
@@ -328,6 +350,7 @@ dt_status dt_train_grpo_stats(run *r, dt_grpo_step_stats *out) {
     double loss_stats[DT_GRPO_NSTATS];
     dt_grpo_stats(gr->g, loss_stats, true);
     gr->stats[S_KL] = loss_stats[DT_GRPO_KL], gr->stats[S_CLIPPED] = loss_stats[DT_GRPO_CLIPPED];
+    gr->stats[S_CLIP_UNITS] = loss_stats[DT_GRPO_CLIP_UNITS]; /* (tokens, or completions at the sequence level) */
     gr->stats[S_LOSS_TOKENS] = loss_stats[DT_GRPO_TOKENS]; /* the tokens the loss saw (= the rollout's) */
     float v[S_N];
     for (int i = 0; i < S_N; i++) v[i] = (float)gr->stats[i];
@@ -336,9 +359,9 @@ dt_status dt_train_grpo_stats(run *r, dt_grpo_step_stats *out) {
     double n = v[S_ROWS], mean = v[S_REWARD] / n, lt = v[S_LOSS_TOKENS];
     *out = (dt_grpo_step_stats){
         .reward = mean, .reward_std = sqrt(fmax(0, v[S_REWARD_SQ] / n - mean * mean)), .kl = lt > 0 ? v[S_KL] / lt : 0,
-        .completion = lt / n, .clipped = lt > 0 ? v[S_CLIPPED] / lt : 0,
+        .completion = v[S_GENERATED] / n, .clipped = v[S_CLIP_UNITS] > 0 ? v[S_CLIPPED] / v[S_CLIP_UNITS] : 0,
         .flat = v[S_FLAT_GROUPS] / (n / r->c.grpo.group), .decode_s = v[S_DECODE_S] / r->nranks,
-        .rollout_tps = v[S_DECODE_S] > 0 ? v[S_TOKENS] / (v[S_DECODE_S] / r->nranks) : 0, .sample = gr->sample,
+        .rollout_tps = v[S_DECODE_S] > 0 ? v[S_GENERATED] / (v[S_DECODE_S] / r->nranks) : 0, .sample = gr->sample,
         .tool_calls = gr->form ? v[S_TOOL_CALLS] / n : -1,
         .tool_failures = !gr->form ? -1 : v[S_TOOL_CALLS] > 0 ? v[S_TOOL_FAILS] / v[S_TOOL_CALLS] : 0,
     };
