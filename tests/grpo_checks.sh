@@ -12,8 +12,9 @@ DTRAIN=$1
 . "$(dirname "$0")/checks.sh"
 # prompts: the first three words of some of the GPL's lines
 awk 'NF >= 3 && length($1 $2 $3) < 24 { print $1, $2, $3 }' /usr/share/common-licenses/GPL-3 | head -n 40 > "$dir/prompts.txt"
-common=(--model llama-tiny --vocab 256 --layers 2 --channels 48 --heads 4 --kv-heads 2 --ffn 96 --max-seq 64 --seq 40
-        --grpo "$dir/prompts.txt" --reward contains:e --grpo-group 4 --completion-tokens 16 --lr 3e-3 --threads 1)
+shape=(--model llama-tiny --vocab 256 --layers 2 --channels 48 --heads 4 --kv-heads 2 --ffn 96 --max-seq 64 --seq 40
+       --grpo "$dir/prompts.txt" --grpo-group 4 --completion-tokens 16 --lr 3e-3 --threads 1)
+common=("${shape[@]}" --reward contains:e) # (--reward given again adds a function: runs with another set common to shape)
 # The worst difference of FIELD over N steps between two runs (each within 1e-6 relative plus 1e-7): "w bad".
 differs() { # FIELD A B N
     paste <(field "$1" "$2") <(field "$1" "$3") |
@@ -67,8 +68,21 @@ run_metrics trunc --batch 16 --steps 3 --grpo-mask-truncated
     fail "--grpo-mask-truncated: losses $(field loss "$dir/trunc.jsonl" | tr '\n' ' ')"
 # a program that answers what the rule does (1 when the completion holds an "e") trains the same
 # (the text after "completion": with JSON's \u00XX escapes of control bytes, whose hex digits may hold an "e", removed)
+common=("${shape[@]}")
 run_metrics cmd --batch 16 --steps 10 --reward "cmd:sed -e 's/.*\"completion\": \"//' -e 's/\\\\u[0-9a-f]\{4\}//g' | awk '{print (index(\$0, \"e\") > 0)}'" &&
     same "--reward cmd:PROGRAM answering as contains:e" cmd
+# several reward functions (TRL's reward_funcs), summed by --reward-weights: contains:e twice at 0.5 each is contains:e
+# (its losses exactly); contains:e and count:e at 1 and 0.25 log each one's mean (reward_1, reward_2), whose weighted
+# sum is the reward
+run_metrics two --batch 16 --steps 10 --reward contains:e --reward contains:e --reward-weights 0.5,0.5 && same "--reward twice at 0.5 each" two
+run_metrics mix --batch 16 --steps 3 --reward contains:e --reward count:e --reward-weights 1,0.25
+sums=$(paste <(field reward "$dir/mix.jsonl") <(field reward_1 "$dir/mix.jsonl") <(field reward_2 "$dir/mix.jsonl") |
+       awk '{ d = $1 - ($2 + 0.25 * $3); if (d < 0) d = -d; if (d > 1e-5 || $3 < $2) bad = 1 } END { print NR == 3 && !bad }')
+[ "$sums" = 1 ] && grep -q -- "--reward contains:e x 1 + --reward count:e x 0.25; TRL's dapo loss" "$dir/mix.out" &&
+    ok "--reward contains:e --reward count:e --reward-weights 1,0.25: each step's reward is reward_1 + 0.25 reward_2 ($(field reward_2 "$dir/mix.jsonl" | head -1) e's a completion at step 1)" ||
+    fail "several rewards: $(paste -d/ <(field reward "$dir/mix.jsonl") <(field reward_1 "$dir/mix.jsonl") <(field reward_2 "$dir/mix.jsonl") | tr '\n' ' ') $(grep -m1 '^GRPO' "$dir/mix.out")"
+refused "weights that do not match the rewards" "2 weights for 1 --reward functions" --reward contains:e --reward-weights 1,2
+common=("${shape[@]}" --reward contains:e)
 run_metrics it2 --batch 16 --steps 4 --grpo-iterations 2 --grpo-loss grpo
 r=($(field reward "$dir/it2.jsonl"))
 c=($(field clip_ratio "$dir/it2.jsonl"))

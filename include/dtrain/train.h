@@ -29,9 +29,13 @@ typedef enum {
     DT_GRPO_LOSS_LUSPO, DT_GRPO_NLOSSES
 } dt_grpo_loss;
 typedef enum { DT_GRPO_SCALE_GROUP = 0, DT_GRPO_SCALE_BATCH, DT_GRPO_SCALE_NONE } dt_grpo_scale;
+#define DT_GRPO_MAX_REWARDS 8
 typedef struct {
     const char *prompts;      /* --grpo FILE: a .jsonl of {"prompt": text} or a text file of one prompt a line (NULL: no GRPO) */
-    const char *reward;       /* --reward SPEC (dt_reward_parse) */
+    const char *reward[DT_GRPO_MAX_REWARDS]; /* --reward SPEC, once a reward function (dt_reward_create) */
+    int nrewards;
+    double reward_weight[DT_GRPO_MAX_REWARDS]; /* --reward-weights W,.. (TRL's reward_weights; 1 each) */
+    int nweights;
     const char *chat_kwargs;  /* --chat-template-kwargs JSON: a conversational prompt's (TRL's chat_template_kwargs) */
     int group;                /* --grpo-group G: completions a prompt (TRL's num_generations, 8) */
     int iterations;           /* --grpo-iterations: steps a rollout trains (TRL's num_iterations, mu; 1) */
@@ -74,9 +78,8 @@ typedef struct {
     dt_dpo_divergence divergence; /* --dpo-f-divergence */
     double f_alpha;            /* --dpo-f-alpha (0: TRL's 0.5) */
 } dt_dpo_config;
-/* --dpo-loss's list, --dpo-loss-weights' and --dpo-f-divergence's name into c; an error naming what is read. */
+/* --dpo-loss's list and --dpo-f-divergence's name into c; an error naming what is read. */
 dt_status dt_dpo_losses_parse(const char *list, dt_dpo_config *c);
-dt_status dt_dpo_weights_parse(const char *list, dt_dpo_config *c);
 dt_status dt_dpo_divergence_parse(const char *name, dt_dpo_config *c);
 /* c's settings as TRL takes them (defaults filled), or an error naming the flag: a kind's label smoothing out of its
  * range, weights that do not match the kinds, an f-divergence with a kind it has no form for. */

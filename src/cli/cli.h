@@ -11,6 +11,8 @@ typedef struct { const char *name, *value; } dt_cli_flag;
 int dt_cli_flag_error(const char *cmd, const dt_cli_flag *flags, const char *flag, const char *v);
 /* Parses s as a number in [lo, hi]; 0 when it is not one. */
 int dt_cli_number(const char *s, double lo, double hi, double *out);
+/* Finite numbers separated by commas ("0.8,0.2,1") into out: how many (at most max), 0 for anything else. */
+int dt_cli_numbers(const char *s, double *out, int max);
 /* A flag taking a number in [lo, hi] (whole: an integer), stored at out as kind: 'i' int, 'f' float, 'd' double,
  * 'l' int64_t, 'u' uint64_t. */
 typedef struct { const char *name; double lo, hi; int whole; void *out; char kind; } dt_cli_num_flag;

@@ -93,7 +93,9 @@ static void usage(FILE *f) {
             "  --reward SPEC      contains:WORD (1 if the completion holds WORD), count:WORD, or cmd:COMMAND: a\n"
             "                     program reading a JSON line {\"prompt\", \"completion\"} a completion and writing\n"
             "                     a number a line (a conversational prompt's messages, the completion as\n"
-            "                     [{\"role\": \"assistant\", \"content\"}]: what TRL's reward functions get)\n"
+            "                     [{\"role\": \"assistant\", \"content\"}]: what TRL's reward functions get); given\n"
+            "                     again, another function, their rewards summed by --reward-weights W,.. (1 each;\n"
+            "                     TRL's reward_funcs and reward_weights), each one's mean in the metrics (reward_1, ..)\n"
             "  --chat-template-kwargs JSON  how conversational prompts are rendered (TRL's chat_template_kwargs):\n"
             "                     {\"enable_thinking\": false} (Qwen 3's empty think block), {\"date_string\": D}\n"
             "                     (Llama 3.1's and 3.2's system turn; by default the template's own date)\n"
@@ -328,7 +330,7 @@ static const dt_cli_flag flags[] = {
     { "--strategy", "single, ddp, zero1, zero2 or zero3" }, { "--zero", "1, 2 or 3" }, { "--metrics", "a file path" }, { "--tensorboard", "a folder" },
     { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
     { "--report", "a directory" }, { "--config", "a JSON file" },
-    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--lora-dropout", "a probability from 0 to 0.999" }, { "--dpo-beta", "a number from 1e-6 to 1e6" }, { "--dpo-loss", "sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, sppo_hard, apo_zero, apo_down, discopop, sft or sigmoid_norm, comma-separated" }, { "--dpo-loss-weights", "numbers, comma-separated, one a --dpo-loss kind" }, { "--dpo-label-smoothing", "a number from 0 to 0.999" }, { "--dpo-discopop-tau", "a number from 1e-6 to 1e6" }, { "--dpo-f-divergence", "reverse_kl, forward_kl, js_divergence or alpha_divergence" }, { "--dpo-f-alpha", "a number from 1e-6 to 1000" }, { "--grpo", "a prompts file (.jsonl of {\"prompt\": text}, or one a line)" }, { "--reward", "contains:WORD, count:WORD or cmd:COMMAND" }, { "--chat-template-kwargs", "a JSON object" }, { "--grpo-loss", "dapo, grpo, dr_grpo, bnpo, cispo, sapo or luspo" }, { "--grpo-scale-rewards", "group, batch or none" }, { "--grpo-importance-sampling", "token or sequence" }, { "--grpo-epsilon-high", "a number from 1e-6 to 1000" }, { "--grpo-delta", "a number from 1e-6 to 1e6" }, { "--grpo-sapo-temperature-pos", "a number from 1e-6 to 1e6" }, { "--grpo-sapo-temperature-neg", "a number from 1e-6 to 1e6" }, { "--grpo-mask-truncated", "" }, { "--grpo-kl", "corrected or plain" },
+    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--lora-dropout", "a probability from 0 to 0.999" }, { "--dpo-beta", "a number from 1e-6 to 1e6" }, { "--dpo-loss", "sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, sppo_hard, apo_zero, apo_down, discopop, sft or sigmoid_norm, comma-separated" }, { "--dpo-loss-weights", "numbers, comma-separated, one a --dpo-loss kind" }, { "--dpo-label-smoothing", "a number from 0 to 0.999" }, { "--dpo-discopop-tau", "a number from 1e-6 to 1e6" }, { "--dpo-f-divergence", "reverse_kl, forward_kl, js_divergence or alpha_divergence" }, { "--dpo-f-alpha", "a number from 1e-6 to 1000" }, { "--grpo", "a prompts file (.jsonl of {\"prompt\": text}, or one a line)" }, { "--reward", "contains:WORD, count:WORD or cmd:COMMAND (once a function, at most 8)" }, { "--reward-weights", "numbers, comma-separated, one a --reward" }, { "--chat-template-kwargs", "a JSON object" }, { "--grpo-loss", "dapo, grpo, dr_grpo, bnpo, cispo, sapo or luspo" }, { "--grpo-scale-rewards", "group, batch or none" }, { "--grpo-importance-sampling", "token or sequence" }, { "--grpo-epsilon-high", "a number from 1e-6 to 1000" }, { "--grpo-delta", "a number from 1e-6 to 1e6" }, { "--grpo-sapo-temperature-pos", "a number from 1e-6 to 1e6" }, { "--grpo-sapo-temperature-neg", "a number from 1e-6 to 1e6" }, { "--grpo-mask-truncated", "" }, { "--grpo-kl", "corrected or plain" },
     { "--grpo-group", "a whole number from 2 to 4096" }, { "--grpo-iterations", "a whole number from 1 to 1000" }, { "--grpo-tool-turns", "a whole number from 0 to 1000000" }, { "--grpo-tools", "cmd:COMMAND or proc:COMMAND" }, { "--grpo-beta", "a number from 0 to 1e6" }, { "--grpo-epsilon", "a number from 0 to 1e3" },
     { "--completion-tokens", "a whole number from 1 to 1e6" }, { "--temperature", "a number from 0 to 100" }, { "--top-k", "a whole number from 0 (all) to 2^30" },
     { "--lora-targets", "module names, comma-separated (c_attn,c_proj; q_proj,v_proj)" },
@@ -435,7 +437,7 @@ static int path_flag(const char *f, const char *v, dt_train_config *c) {
     const struct { const char *name; const char **out; } paths[] = {
         { "--model", &c->model }, { "--init", &c->init }, { "--data", &c->data }, { "--val-data", &c->val_data },
         { "--save", &c->save }, { "--resume", &c->resume }, { "--lora-targets", &c->lora.targets }, { "--lora", &c->lora_from },
-        { "--tokenizer", &c->tokenizer }, { "--grpo", &c->grpo.prompts }, { "--reward", &c->grpo.reward }, { "--grpo-tools", &c->grpo.tools },
+        { "--tokenizer", &c->tokenizer }, { "--grpo", &c->grpo.prompts }, { "--grpo-tools", &c->grpo.tools },
         { "--chat-template-kwargs", &c->grpo.chat_kwargs },
         { "--metrics", &c->metrics }, { "--tensorboard", &c->tensorboard }, { "--trace", &c->trace }, { "--report", &c->report },
     };
@@ -481,9 +483,12 @@ static int run_flag(const char *f, const char *v, dt_train_config *c) {
     bool ok = true;
     if (!strcmp(f, "--grpo-loss")) ok = !dt_grpo_loss_parse(v, &c->grpo.loss);
     else if (!strcmp(f, "--grpo-scale-rewards")) ok = !dt_grpo_scale_parse(v, &c->grpo.scale);
+    else if (!strcmp(f, "--reward")) { /* once a function, their rewards summed (TRL's reward_funcs) */
+        if ((ok = c->grpo.nrewards < DT_GRPO_MAX_REWARDS)) c->grpo.reward[c->grpo.nrewards++] = v;
+    } else if (!strcmp(f, "--reward-weights")) ok = (c->grpo.nweights = dt_cli_numbers(v, c->grpo.reward_weight, DT_GRPO_MAX_REWARDS)) > 0;
     else if (!strcmp(f, "--grpo-importance-sampling")) ok = !strcmp(v, "token") || !strcmp(v, "sequence"), c->grpo.sequence = !strcmp(v, "sequence");
     else if (!strcmp(f, "--dpo-loss")) ok = !dt_dpo_losses_parse(v, &c->dpo);
-    else if (!strcmp(f, "--dpo-loss-weights")) ok = !dt_dpo_weights_parse(v, &c->dpo);
+    else if (!strcmp(f, "--dpo-loss-weights")) ok = (c->dpo.nweights = dt_cli_numbers(v, c->dpo.weight, DT_DPO_MAX_LOSSES)) > 0;
     else if (!strcmp(f, "--dpo-f-divergence")) ok = !dt_dpo_divergence_parse(v, &c->dpo);
     else if (!strcmp(f, "--grpo-kl")) ok = !strcmp(v, "corrected") || !strcmp(v, "plain"), c->grpo.plain_kl = !strcmp(v, "plain");
     else if (!strcmp(f, "--chat-template")) ok = !dt_chat_kind_parse(v, &(dt_chat_kind){ 0 }), c->chat_template = v;

@@ -6,6 +6,7 @@
 #include "dtrain/kernels.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,20 @@ int dt_cli_number(const char *s, double lo, double hi, double *out) {
     if (*end || errno || !(v >= lo && v <= hi)) return 0;
     *out = v;
     return 1;
+}
+
+int dt_cli_numbers(const char *s, double *out, int max) {
+    int n = 0;
+    for (const char *p = s; p && *p; n++) {
+        char *end;
+        errno = 0;
+        double v = strtod(p, &end);
+        if (end == p || (*end && *end != ',') || errno || !isfinite(v) || n == max) return 0;
+        out[n] = v;
+        p = *end ? end + 1 : end;
+        if (*end && !*p) return 0; /* (a trailing comma) */
+    }
+    return n;
 }
 
 int dt_cli_device(const char *v, int *cuda, int *named) {

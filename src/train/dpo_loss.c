@@ -7,7 +7,6 @@
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 static const char *const kinds[DT_DPO_NKINDS] = {
@@ -37,20 +36,6 @@ dt_status dt_dpo_losses_parse(const char *list, dt_dpo_config *c) {
         if (*s == ',' && *++s == 0) return dt_error(DT_ERR_ARG, "--dpo-loss %s: ends with a comma", list);
     }
     return c->nloss ? DT_OK : dt_error(DT_ERR_ARG, "--dpo-loss: names no loss");
-}
-
-dt_status dt_dpo_weights_parse(const char *list, dt_dpo_config *c) {
-    c->nweights = 0;
-    for (const char *s = list; *s;) {
-        char *end;
-        double w = strtod(s, &end);
-        if (end == s || (*end && *end != ',') || !isfinite(w))
-            return dt_error(DT_ERR_ARG, "--dpo-loss-weights %s: not numbers separated by commas (one a --dpo-loss kind)", list);
-        if (c->nweights == DT_DPO_MAX_LOSSES) return dt_error(DT_ERR_ARG, "--dpo-loss-weights %s: more than %d weights", list, DT_DPO_MAX_LOSSES);
-        c->weight[c->nweights++] = w;
-        s = *end ? end + 1 : end;
-    }
-    return c->nweights ? DT_OK : dt_error(DT_ERR_ARG, "--dpo-loss-weights: no weights");
 }
 
 dt_status dt_dpo_divergence_parse(const char *name, dt_dpo_config *c) {

@@ -8,7 +8,8 @@
 #include <cjson/cJSON.h>
 
 /* A rollout's figures (dt_grpo_run.stats), summed over the ranks for the step's metrics. */
-enum { S_ROWS, S_REWARD, S_REWARD_SQ, S_TOKENS, S_FLAT_GROUPS, S_DECODE_S, S_KL, S_CLIPPED, S_CLIP_UNITS, S_LOSS_TOKENS, S_TOOL_CALLS, S_TOOL_FAILS, S_GENERATED, S_N };
+enum { S_ROWS, S_REWARD, S_REWARD_SQ, S_TOKENS, S_FLAT_GROUPS, S_DECODE_S, S_KL, S_CLIPPED, S_CLIP_UNITS, S_LOSS_TOKENS, S_TOOL_CALLS, S_TOOL_FAILS, S_GENERATED,
+       S_EACH, S_N = S_EACH + DT_GRPO_MAX_REWARDS }; /* (S_EACH + k: reward function k's sum) */
 
 typedef struct {
     int32_t *toks;
@@ -24,7 +25,10 @@ typedef struct {
 
 struct dt_grpo_run {
     dt_grpo *g;
-    dt_reward *reward;
+    dt_reward *reward[DT_GRPO_MAX_REWARDS]; /* --reward's functions */
+    float *each[DT_GRPO_MAX_REWARDS]; /* [rows]: each one's rewards */
+    double weight[DT_GRPO_MAX_REWARDS];
+    int nrewards;
     dt_gpt2 *ref;           /* the reference (beta > 0): the starting model */
     dt_bpe *tok;            /* NULL: bytes */
     dt_chat_kind chat;      /* conversational prompts' template (--chat-template, or the tokenizer_config.json's) */

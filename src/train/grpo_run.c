@@ -42,13 +42,19 @@ dt_status dt_train_check_grpo(const dt_train_config *c) {
                     : c->pack ? "--pack"
                     : c->steps == 0 ? "--steps 0 (evaluation)" : NULL;
     if (why) return dt_error(DT_ERR_UNSUPPORTED, "--grpo %s: not with %s", c->grpo.prompts, why);
-    if (!c->grpo.reward || !*c->grpo.reward)
+    bool empty = !c->grpo.nrewards;
+    for (int k = 0; k < c->grpo.nrewards; k++) empty |= !*c->grpo.reward[k];
+    if (empty)
         return dt_error(DT_ERR_ARG, "--grpo %s: --reward SPEC is required (contains:WORD, count:WORD or cmd:COMMAND)", c->grpo.prompts);
+    if (c->grpo.nweights && c->grpo.nweights != c->grpo.nrewards)
+        return dt_error(DT_ERR_ARG, "--reward-weights: %d weights for %d --reward functions (one each, in their order)", c->grpo.nweights,
+                        c->grpo.nrewards);
     dt_status st = c->grpo.tools ? dt_grpo_tools_check(c->grpo.tools) : DT_OK;
-    if (st) return st;
-    dt_reward *probe = NULL;
-    st = dt_reward_create(c->grpo.reward, &probe); /* the spec's form, said before any work */
-    dt_reward_destroy(probe);
+    for (int k = 0; !st && k < c->grpo.nrewards; k++) { /* each spec's form, said before any work */
+        dt_reward *probe = NULL;
+        st = dt_reward_create(c->grpo.reward[k], &probe);
+        dt_reward_destroy(probe);
+    }
     cJSON *kwj = NULL;
     if (!st) st = chat_kwargs(c, &kwj, &(dt_chat_kwargs){ 0 });
     cJSON_Delete(kwj);
@@ -125,7 +131,13 @@ dt_status dt_train_setup_grpo(run *r) {
                       "renders tool calls (Qwen 2.5's, Qwen 3's, Llama 3.1's and 3.2's; this run's: %s)", c->grpo.tools, t ? t->name : "none");
     gr->form = c->grpo.tools && t ? t->tools : 0, gr->thinking = kw.thinking;
     if (!st && c->grpo.tools) st = dt_grpo_tools_create(c->grpo.tools, &gr->tools); /* (proc: its program started) */
-    if (!st && !(st = dt_reward_create(c->grpo.reward, &gr->reward)) && !(st = dt_grpo_create(&c->grpo, gr->rows, gr->T, &gr->g)) &&
+    gr->nrewards = c->grpo.nrewards;
+    for (int k = 0; !st && k < gr->nrewards; k++) {
+        gr->weight[k] = c->grpo.nweights ? c->grpo.reward_weight[k] : 1;
+        if (!(gr->each[k] = malloc((size_t)gr->rows * sizeof(float)))) st = dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
+        if (!st) st = dt_reward_create(c->grpo.reward[k], &gr->reward[k]);
+    }
+    if (!st && !(st = dt_grpo_create(&c->grpo, gr->rows, gr->T, &gr->g)) &&
         !(st = alloc_rows(gr)))
         st = dt_program_set_token_loss(dt_gpt2_program(r->m), dt_grpo_token_loss, gr->g);
     if (!st && c->grpo.beta > 0) st = make_reference(r, gr);
@@ -139,10 +151,14 @@ dt_status dt_train_setup_grpo(run *r) {
         if (n < (int)sizeof more && g->scale != DT_GRPO_SCALE_GROUP)
             n += snprintf(more + n, sizeof more - (size_t)n, ", rewards scaled by %s", g->scale == DT_GRPO_SCALE_BATCH ? "the batch" : "nothing");
         if (n < (int)sizeof more && g->mask_truncated) snprintf(more + n, sizeof more - (size_t)n, ", truncated completions left out");
+        char rewards[600] = "";
+        for (int k = 0, m = 0; k < g->nrewards && m < (int)sizeof rewards; k++)
+            m += snprintf(rewards + m, sizeof rewards - (size_t)m, "%s%s%.200s", k ? " + " : "", k ? "--reward " : "", g->reward[k]),
+            m += g->nweights && m < (int)sizeof rewards ? snprintf(rewards + m, sizeof rewards - (size_t)m, " x %g", g->reward_weight[k]) : 0;
         printf("GRPO: %d prompts from %s, %d completions each (of at most %d tokens, temperature %g%s), %d prompts a step over %d "
                "rank%s, --reward %s; TRL's %s loss, beta %g (the reference: %s), epsilon %g%s, %d iteration%s a rollout\n",
                gr->prompts.n, g->prompts, g->group, g->completion, g->temperature, g->top_k ? ", top-k" : "",
-               gr->per_rank * r->dp_size, r->dp_size, r->dp_size == 1 ? "" : "s", g->reward, dt_grpo_loss_name(g->loss), g->beta,
+               gr->per_rank * r->dp_size, r->dp_size, r->dp_size == 1 ? "" : "s", rewards, dt_grpo_loss_name(g->loss), g->beta,
                g->beta > 0 ? "the starting model" : "none", g->epsilon, more, g->iterations, g->iterations == 1 ? "" : "s");
     }
     if (!st && r->rank == 0 && !c->quiet && gr->form) {
@@ -161,7 +177,7 @@ void dt_train_grpo_destroy(run *r) {
     for (int i = 0; gr->done && i < gr->rows; i++) free(gr->done[i].toks), free(gr->done[i].mask), cJSON_Delete(gr->done[i].turns);
     free(gr->in), free(gr->tg), free(gr->done), free(gr->rewards), free(gr->adv), free(gr->sample), free(gr->perm), free(gr->ctx);
     dt_grpo_destroy(gr->g);
-    dt_reward_destroy(gr->reward);
+    for (int k = 0; k < gr->nrewards; k++) dt_reward_destroy(gr->reward[k]), free(gr->each[k]);
     dt_grpo_tools_destroy(gr->tools);
     dt_gpt2_destroy(gr->ref);
     dt_bpe_destroy(gr->tok);
@@ -262,9 +278,14 @@ static dt_status score(run *r, dt_grpo_run *gr) {
         if (!(texts[i] = dt_grpo_completion_text(gr, c, 0, c->n, &lens[i])) || (c->turns && !(turns[i] = dt_json_print_compact(c->turns))))
             st = dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
     }
-    if (!st)
-        st = dt_reward_score(gr->reward, gr->rows, prompts, (const char *const *)messages, (const char *const *)texts, lens,
-                             (const char *const *)turns, gr->rewards);
+    for (int k = 0; !st && k < gr->nrewards; k++) /* each function, then their weighted sum (TRL's sum_then_normalize) */
+        st = dt_reward_score(gr->reward[k], gr->rows, prompts, (const char *const *)messages, (const char *const *)texts, lens,
+                             (const char *const *)turns, gr->each[k]);
+    for (int i = 0; !st && i < gr->rows; i++) {
+        double sum = 0;
+        for (int k = 0; k < gr->nrewards; k++) sum += gr->weight[k] * gr->each[k][i];
+        gr->rewards[i] = (float)sum;
+    }
     double sums[2] = { 0, 0 }; /* --grpo-scale-rewards batch: the global batch's sum and sum of squares */
     for (int i = 0; i < gr->rows; i++) sums[0] += gr->rewards[i], sums[1] += gr->rewards[i] * (double)gr->rewards[i];
     if (!st && r->c.grpo.scale == DT_GRPO_SCALE_BATCH && r->nranks > 1) st = dt_comm_allreduce(r->w, sums, sums, 2, DT_F64, DT_SUM);
@@ -297,6 +318,10 @@ static dt_status count(run *r, dt_grpo_run *gr, double *token_scale) {
         int n = generated_tokens(&gr->done[i]);
         s[S_REWARD] += gr->rewards[i], s[S_REWARD_SQ] += gr->rewards[i] * (double)gr->rewards[i];
         s[S_GENERATED] += n, s[S_TOKENS] += gr->done[i].dropped ? 0 : n; /* (the loss's: dapo's count) */
+    }
+    for (int k = 0; k < gr->nrewards; k++) {
+        s[S_EACH + k] = 0;
+        for (int i = 0; i < gr->rows; i++) s[S_EACH + k] += gr->each[k][i];
     }
     for (int g0 = 0; g0 < gr->rows; g0 += G) {
         bool flat = true;
@@ -365,6 +390,8 @@ dt_status dt_train_grpo_stats(run *r, dt_grpo_step_stats *out) {
         .tool_calls = gr->form ? v[S_TOOL_CALLS] / n : -1,
         .tool_failures = !gr->form ? -1 : v[S_TOOL_CALLS] > 0 ? v[S_TOOL_FAILS] / v[S_TOOL_CALLS] : 0,
     };
+    out->nrewards = gr->nrewards;
+    for (int k = 0; k < gr->nrewards; k++) out->each[k] = v[S_EACH + k] / n;
     gr->stats[S_DECODE_S] = gr->stats[S_TOOL_CALLS] = gr->stats[S_TOOL_FAILS] = 0;
     /* the text before and after: rank 0's first completion of the first and the last rollouts */
     const dt_train_config *c = &r->c;

@@ -26,6 +26,8 @@ typedef struct dt_grpo_run dt_grpo_run;
  * failed (a result {"error": ...}, TRL's failure_frequency; both -1 without --grpo-tools); rank 0's first completion (text). */
 typedef struct {
     double reward, reward_std, kl, completion, clipped, flat, decode_s, rollout_tps, tool_calls, tool_failures;
+    double each[DT_GRPO_MAX_REWARDS]; /* each reward function's mean (several: TRL's rewards/NAME/mean) */
+    int nrewards;
     const char *sample;
 } dt_grpo_step_stats;
 

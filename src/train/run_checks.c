@@ -89,9 +89,9 @@ dt_status dt_train_check_settings(dt_train_config *c, int nranks) {
     if (c->grpo.prompts) {
         dt_status st = dt_train_check_grpo(c);
         if (st) return st;
-    } else if (c->grpo.reward || c->grpo.tools) {
-        return dt_error(DT_ERR_ARG, "%s %s %s GRPO's completions: give the prompts with --grpo FILE", c->grpo.reward ? "--reward" : "--grpo-tools",
-                        c->grpo.reward ? c->grpo.reward : c->grpo.tools, c->grpo.reward ? "scores" : "runs the tools of");
+    } else if (c->grpo.nrewards || c->grpo.tools) {
+        return dt_error(DT_ERR_ARG, "%s %s %s GRPO's completions: give the prompts with --grpo FILE", c->grpo.nrewards ? "--reward" : "--grpo-tools",
+                        c->grpo.nrewards ? c->grpo.reward[0] : c->grpo.tools, c->grpo.nrewards ? "scores" : "runs the tools of");
     }
     if (c->sync_bn) return dt_error(DT_ERR_ARG, "--sync-bn: GPT-2 has no BatchNorm (the ResNets have: --model resnet:small, resnet18, ...)");
     if (c->steps == 0) { /* an evaluation: the validation loss of the model (a preset, file or checkpoint) */

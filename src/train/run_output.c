@@ -109,6 +109,11 @@ void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s,
         json_num(f, "rollout_tok_per_s", "%.1f", g->rollout_tps);
         if (g->tool_calls >= 0) json_num(f, "tool_calls", "%.4f", g->tool_calls); /* (TRL's tools/call_frequency) */
         if (g->tool_failures >= 0) json_num(f, "tool_failures", "%.4f", g->tool_failures); /* (its tools/failure_frequency) */
+        for (int k = 0; g->nrewards > 1 && k < g->nrewards; k++) { /* (TRL's rewards/NAME/mean, by --reward's order) */
+            char name[24];
+            snprintf(name, sizeof name, "reward_%d", k + 1);
+            json_num(f, name, "%.6f", g->each[k]);
+        }
     }
     if (r->moe_worst > 0) fprintf(f, ",\"expert_load_max_mean\":%.4f,\"expert_load_max_mean_avg\":%.4f", r->moe_worst, r->moe_mean);
     if (r->moe_dropped >= 0 && r->moe_worst > 0) fprintf(f, ",\"expert_choices_dropped\":%.6f", r->moe_dropped);
