@@ -180,7 +180,7 @@ static void case_config(const cJSON *o, dt_grpo_config *gc, bool *tools) {
  * old.safetensors' and the reference's KL, as check_kind's clipped case; and the advantages by scale_rewards "batch"
  * and "none". */
 static void check_cases(const char *dir) {
-    char path[600], what[200], detail[400], worst_l[200] = "", worst_g[200] = "", worst_r[200] = "";
+    char path[600], what[200], detail[800], worst_l[200] = "", worst_g[200] = "", worst_r[200] = "";
     snprintf(path, sizeof path, "%s/grpo/losses.safetensors", dir);
     dt_safetensors *f = NULL;
     cJSON *cases = NULL, *names = cJSON_CreateStringArray((const char *const[]){ "model.norm.weight", "model.layers.1.mlp.down_proj.weight" }, 2);

@@ -119,7 +119,7 @@ dt_status dt_train_setup_grpo(run *r) {
     gr->rows = c->batch * c->grad_accum, gr->T = c->seq, gr->per_rank = gr->rows / c->grpo.group;
     if (!c->grpo.completion) c->grpo.completion = c->seq; /* dr_grpo's constant: the longest completion a row may hold */
     cJSON *kwj = NULL;
-    dt_chat_kwargs kw;
+    dt_chat_kwargs kw = { .thinking = true }; /* (read below unless the tokenizer fails first) */
     if (!(st = open_tokenizer(r, gr)) && !(st = chat_kwargs(c, &kwj, &kw))) {
         kw.training = c->grpo.tools != NULL; /* (with tools, TRL's GRPO renders by the training form: it keeps a prefix) */
         st = dt_grpo_prompts_read(&gr->prompts, c->grpo.prompts, gr->tok, gr->chat, &kw, gr->T);
