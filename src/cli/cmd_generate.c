@@ -148,10 +148,10 @@ static int gen_parse(int argc, char **argv, gen_cli *x) {
     return -1;
 }
 
-/* The tokens that end the text: tokenizer b's end of text (GPT-2's BPE files': <|endoftext|>; a tokenizer.json's: its
- * tokenizer_config.json's eos_token) and the model folder's generation_config.json's. */
+/* The tokens that end the text: tokenizer b's end of text (GPT-2's vocabulary's <|endoftext|>; a tokenizer.json's:
+ * its tokenizer_config.json's eos_token, where it has one) and the model folder's generation_config.json's. */
 static dt_status text_ends(const gen_cli *x, dt_bpe *b, int V, dt_token_ends *e) {
-    int eos = b && x->merges && dt_bpe_vocab_size(b) == 50257 ? 50256 : -1;
+    int eos = b && dt_bpe_vocab_size(b) == 50257 ? 50256 : -1; /* (as the server reads it) */
     char found[4200];
     snprintf(found, sizeof found, "%s/tokenizer.json", x->model);
     dt_status st = b && !x->merges ? dt_tokenizer_config_read(x->enc ? x->enc : found, b, NULL, &eos, NULL) : DT_OK;
