@@ -111,6 +111,39 @@ static dt_status alloc_rows(dt_grpo_run *gr) {
     return ok ? DT_OK : dt_error(DT_ERR_NOMEM, "GRPO: out of memory for %d rows of %d", gr->rows, gr->T);
 }
 
+/* The settings beyond the defaults, for the start line. */
+static void settings_text(const dt_grpo_config *g, char *more, size_t cap) {
+    size_t n = 0;
+    more[0] = 0;
+    if (g->epsilon_high > 0) n += (size_t)snprintf(more + n, cap - n, ", epsilon_high %g", g->epsilon_high);
+    if (n < cap && g->delta > 0) n += (size_t)snprintf(more + n, cap - n, ", delta %g", g->delta);
+    if (n < cap && g->sequence) n += (size_t)snprintf(more + n, cap - n, ", a ratio a completion (GSPO)");
+    if (n < cap && g->scale != DT_GRPO_SCALE_GROUP)
+        n += (size_t)snprintf(more + n, cap - n, ", rewards scaled by %s", g->scale == DT_GRPO_SCALE_BATCH ? "the batch" : "nothing");
+    if (n < cap && g->mask_truncated) snprintf(more + n, cap - n, ", truncated completions left out");
+}
+
+/* The run's start lines: what trains, and with tools how they run. */
+static void say_setup(const run *r, const dt_grpo_run *gr) {
+    const dt_grpo_config *g = &r->c.grpo;
+    char more[200], rewards[600] = "";
+    settings_text(g, more, sizeof more);
+    for (size_t k = 0, m = 0; k < (size_t)g->nrewards && m < sizeof rewards; k++) {
+        m += (size_t)snprintf(rewards + m, sizeof rewards - m, "%s%.200s", k ? " + --reward " : "", g->reward[k]);
+        if (g->nweights && m < sizeof rewards) m += (size_t)snprintf(rewards + m, sizeof rewards - m, " x %g", g->reward_weight[k]);
+    }
+    printf("GRPO: %d prompts from %s, %d completions each (of at most %d tokens, temperature %g%s), %d prompts a step over %d "
+           "rank%s, --reward %s; TRL's %s loss, beta %g (the reference: %s), epsilon %g%s, %d iteration%s a rollout\n",
+           gr->prompts.n, g->prompts, g->group, g->completion, g->temperature, g->top_k ? ", top-k" : "",
+           gr->per_rank * r->dp_size, r->dp_size, r->dp_size == 1 ? "" : "s", rewards, dt_grpo_loss_name(g->loss), g->beta,
+           g->beta > 0 ? "the starting model" : "none", g->epsilon, more, g->iterations, g->iterations == 1 ? "" : "s");
+    if (!gr->form) return;
+    char turns[48] = "as many rounds as a row holds";
+    if (g->tool_turns) snprintf(turns, sizeof turns, "at most %d round%s", g->tool_turns, g->tool_turns == 1 ? "" : "s");
+    printf("GRPO: a completion's tool calls (%s's form) run by --grpo-tools %s, %s a completion, their results unscored\n",
+           dt_chat_template_of(gr->chat)->name, g->tools, turns);
+}
+
 dt_status dt_train_setup_grpo(run *r) {
     dt_train_config *c = &r->c;
     dt_status st = DT_OK;
@@ -141,32 +174,7 @@ dt_status dt_train_setup_grpo(run *r) {
         !(st = alloc_rows(gr)))
         st = dt_program_set_token_loss(dt_gpt2_program(r->m), dt_grpo_token_loss, gr->g);
     if (!st && c->grpo.beta > 0) st = make_reference(r, gr);
-    if (!st && r->rank == 0 && !c->quiet) {
-        const dt_grpo_config *g = &c->grpo;
-        char more[200] = "";
-        int n = 0;
-        if (g->epsilon_high > 0) n += snprintf(more + n, sizeof more - (size_t)n, ", epsilon_high %g", g->epsilon_high);
-        if (n < (int)sizeof more && g->delta > 0) n += snprintf(more + n, sizeof more - (size_t)n, ", delta %g", g->delta);
-        if (n < (int)sizeof more && g->sequence) n += snprintf(more + n, sizeof more - (size_t)n, ", a ratio a completion (GSPO)");
-        if (n < (int)sizeof more && g->scale != DT_GRPO_SCALE_GROUP)
-            n += snprintf(more + n, sizeof more - (size_t)n, ", rewards scaled by %s", g->scale == DT_GRPO_SCALE_BATCH ? "the batch" : "nothing");
-        if (n < (int)sizeof more && g->mask_truncated) snprintf(more + n, sizeof more - (size_t)n, ", truncated completions left out");
-        char rewards[600] = "";
-        for (int k = 0, m = 0; k < g->nrewards && m < (int)sizeof rewards; k++)
-            m += snprintf(rewards + m, sizeof rewards - (size_t)m, "%s%s%.200s", k ? " + " : "", k ? "--reward " : "", g->reward[k]),
-            m += g->nweights && m < (int)sizeof rewards ? snprintf(rewards + m, sizeof rewards - (size_t)m, " x %g", g->reward_weight[k]) : 0;
-        printf("GRPO: %d prompts from %s, %d completions each (of at most %d tokens, temperature %g%s), %d prompts a step over %d "
-               "rank%s, --reward %s; TRL's %s loss, beta %g (the reference: %s), epsilon %g%s, %d iteration%s a rollout\n",
-               gr->prompts.n, g->prompts, g->group, g->completion, g->temperature, g->top_k ? ", top-k" : "",
-               gr->per_rank * r->dp_size, r->dp_size, r->dp_size == 1 ? "" : "s", rewards, dt_grpo_loss_name(g->loss), g->beta,
-               g->beta > 0 ? "the starting model" : "none", g->epsilon, more, g->iterations, g->iterations == 1 ? "" : "s");
-    }
-    if (!st && r->rank == 0 && !c->quiet && gr->form) {
-        char turns[48] = "as many rounds as a row holds";
-        if (c->grpo.tool_turns) snprintf(turns, sizeof turns, "at most %d round%s", c->grpo.tool_turns, c->grpo.tool_turns == 1 ? "" : "s");
-        printf("GRPO: a completion's tool calls (%s's form) run by --grpo-tools %s, %s a completion, their results unscored\n",
-               dt_chat_template_of(gr->chat)->name, c->grpo.tools, turns);
-    }
+    if (!st && r->rank == 0 && !c->quiet) say_setup(r, gr);
     return st;
 }
 
