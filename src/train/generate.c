@@ -63,7 +63,7 @@ typedef struct {
 static int on_token(void *ctx, int32_t token, const float *logits) {
     (void)logits;
     cached_run *r = ctx;
-    if (r->ends && dt_token_ends_has(r->ends, token)) return r->ended = true;
+    if (r->ends && dt_token_ends_has(r->ends, token)) { r->ended = true; return 1; } /* (the batcher ends the request) */
     r->toks[r->n++] = token;
     r->emit(token, r->ctx);
     return 0;
