@@ -60,6 +60,9 @@ run_metrics gspo --batch 16 "${gspo[@]}" && run_metrics gspoddp --batch 8 --npro
     alike "GSPO's sequence ratios, clip-higher, the batch's standard deviation: DDP 2" gspo gspoddp apart
 grep -q "epsilon 0.2, epsilon_high 0.28, a ratio a completion (GSPO), rewards scaled by the batch, 2 iterations a rollout" "$dir/gspo.out" &&
     ok "the start line names them" || fail "GSPO's start line: $(grep -m1 '^GRPO' "$dir/gspo.out")"
+run_metrics topp --batch 16 --steps 10 --top-p 0.5 && run_metrics toppddp --batch 8 --nproc 2 --steps 10 --top-p 0.5 &&
+    alike "--top-p 0.5 (the nucleus TRL's top_p samples): DDP 2" topp toppddp apart
+grep -q "temperature 1, top-p 0.5)" "$dir/topp.out" || fail "--top-p's start line: $(grep -m1 '^GRPO' "$dir/topp.out")"
 run_metrics bnpo --batch 8 --grad-accum 2 --steps 10 --grpo-loss bnpo && run_metrics bnpoddp --batch 8 --nproc 2 --steps 10 --grpo-loss bnpo &&
     alike "--grpo-loss bnpo: DDP 2 against 2 micro-batches (every completion here 16 tokens: dapo's too)" bnpo bnpoddp
 run_metrics trunc --batch 16 --steps 3 --grpo-mask-truncated

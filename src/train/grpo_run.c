@@ -132,9 +132,11 @@ static void say_setup(const run *r, const dt_grpo_run *gr) {
         m += (size_t)snprintf(rewards + m, sizeof rewards - m, "%s%.200s", k ? " + --reward " : "", g->reward[k]);
         if (g->nweights && m < sizeof rewards) m += (size_t)snprintf(rewards + m, sizeof rewards - m, " x %g", g->reward_weight[k]);
     }
-    printf("GRPO: %d prompts from %s, %d completions each (of at most %d tokens, temperature %g%s), %d prompts a step over %d "
+    char nucleus[32] = "";
+    if (g->top_p > 0 && g->top_p < 1) snprintf(nucleus, sizeof nucleus, ", top-p %g", g->top_p);
+    printf("GRPO: %d prompts from %s, %d completions each (of at most %d tokens, temperature %g%s%s), %d prompts a step over %d "
            "rank%s, --reward %s; TRL's %s loss, beta %g (the reference: %s), epsilon %g%s, %d iteration%s a rollout\n",
-           gr->prompts.n, g->prompts, g->group, g->completion, g->temperature, g->top_k ? ", top-k" : "",
+           gr->prompts.n, g->prompts, g->group, g->completion, g->temperature, g->top_k ? ", top-k" : "", nucleus,
            gr->per_rank * r->dp_size, r->dp_size, r->dp_size == 1 ? "" : "s", rewards, dt_grpo_loss_name(g->loss), g->beta,
            g->beta > 0 ? "the starting model" : "none", g->epsilon, more, g->iterations, g->iterations == 1 ? "" : "s");
     if (!gr->form) return;
@@ -236,7 +238,7 @@ static dt_status decode_pass(run *r, dt_grpo_run *gr, int turn, const int *rows,
         c->seg = c->n;
         if (room <= 0 || left <= 0) continue;
         /* (the first pass's draws as before tools were: five words) */
-        dt_infer_request req = { ctx, P + c->n, left < room ? left : room, { gc->temperature, gc->top_k, 1.0f },
+        dt_infer_request req = { ctx, P + c->n, left < room ? left : room, { gc->temperature, gc->top_k, gc->top_p > 0 ? gc->top_p : 1.0f },
                                  dt_hash_words(DT_HASH_INIT, w, turn ? 6 : 5), on_token, NULL, c };
         if (!(st = dt_batcher_add(b, &req))) added++;
     }
