@@ -102,6 +102,7 @@ LOSS_CASES = [
     {"loss_type": ["sigmoid"], "f_divergence_type": "forward_kl"}, {"loss_type": ["sigmoid"], "f_divergence_type": "js_divergence"},
     {"loss_type": ["ipo"], "f_divergence_type": "alpha_divergence", "f_alpha_divergence_coef": 0.3},
     {"loss_type": ["robust", "hinge"], "loss_weights": [0.5, 2.0], "label_smoothing": 0.2},
+    {"loss_type": ["aot"], "label_smoothing": 0.1}, {"loss_type": ["aot_unpaired"]},  # the log-ratios sorted across the batch
 ]
 # the gradients kept of each (the last norm's and a down projection's: every row's weight reaches them)
 LOSS_GRADS = ["model.norm.weight", "model.layers.1.mlp.down_proj.weight"]

@@ -7,9 +7,10 @@
 # policy is the reference); bf16 keeps within 1e-3 of f32; --val-data of pairs evaluates the same on 1 and 2 ranks,
 # with its reward accuracy. What cannot be is refused: CP (a rank holds part of each sequence), resuming a run of every weight (the
 # reference is gone), an odd --batch, --dpo-beta or --dpo-loss without pairs, a pairs file beside an examples file,
-# a loss TRL's that is not built (aot), smoothing out of a loss's range, weights that do not match, an f-divergence a
+# smoothing out of a loss's range, weights that do not match, an f-divergence a
 # loss has no form under. --dpo-loss ipo on DDP 2, and MPO's mix (sigmoid, bco_pair, sft) on DDP 2 against 2
-# micro-batches (sft's mean is over a micro-batch's tokens, as TRL's per device); a resumed run keeps its loss.
+# micro-batches (sft's mean is over a micro-batch's tokens, as TRL's per device), aot's sorts likewise; a resumed run
+# keeps its loss.
 # usage: dpo_equivalence.sh DTRAIN FIXTURES
 set -u
 DTRAIN=$1
@@ -72,6 +73,9 @@ run ipo --batch 8 --dpo-loss ipo && run ipoddp --batch 4 --nproc 2 --dpo-loss ip
 mpo=(--dpo-loss sigmoid,bco_pair,sft --dpo-loss-weights 0.8,0.2,1)
 run mpo --batch 4 --grad-accum 2 "${mpo[@]}" && run mpoddp --batch 4 --nproc 2 "${mpo[@]}" &&
     close "--dpo-loss sigmoid,bco_pair,sft (MPO), DDP 2 against 2 micro-batches" "$dir/mpo.jsonl" "$dir/mpoddp.jsonl"
+# aot sorts the log-ratios across a micro-batch's pairs (TRL's per device): DDP 2 as two micro-batches
+run aot --batch 4 --grad-accum 2 --dpo-loss aot_unpaired,aot && run aotddp --batch 4 --nproc 2 --dpo-loss aot_unpaired,aot &&
+    close "--dpo-loss aot_unpaired,aot, DDP 2 against 2 micro-batches" "$dir/aot.jsonl" "$dir/aotddp.jsonl"
 differ=$(paste <(field loss "$dir/ref.jsonl") <(field loss "$dir/ipo.jsonl") <(field loss "$dir/mpo.jsonl") | awk '$1 != $2 && $1 != $3 && $2 != $3 { n++ } END { print n + 0 }')
 [ "$differ" = 20 ] && ok=1 || ok=0
 verdict $ok "sigmoid, ipo and the MPO mix train differently ($differ of 20 steps' losses apart)"
@@ -123,7 +127,6 @@ head -n 40 "$dir/all.jsonl" | sed 's/"chosen": /"completion": /; s/, "rejected":
 refused "--dpo-beta without pairs" "holds no preference pairs" train "${shape[@]}" --batch 8 --data "$dir/sft.jsonl" --dpo-beta 0.2
 refused "examples beside pairs" "holds examples" train "${shape[@]}" --batch 8 --val-data "$dir/sft.jsonl"
 refused "--dpo-loss without pairs" "--dpo-loss: --data" train "${shape[@]}" --batch 8 --data "$dir/sft.jsonl" --dpo-loss ipo
-refused "TRL's aot, not built (a sort across the batch)" "--dpo-loss aot" train "${shape[@]}" --batch 8 --dpo-loss aot
 refused "robust's smoothing of 0.5" "robust's flip probability lies in" train "${shape[@]}" --batch 8 --dpo-loss robust --dpo-label-smoothing 0.5
 refused "exo_pair without smoothing" "exo_pair's epsilon lies in (0, 1)" train "${shape[@]}" --batch 8 --dpo-loss exo_pair
 refused "weights that do not match the losses" "2 weights for 1 losses" train "${shape[@]}" --batch 8 --dpo-loss ipo --dpo-loss-weights 1,2

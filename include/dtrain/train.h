@@ -64,7 +64,7 @@ typedef struct {
  * log-ratios (f_divergence_type, f_alpha_divergence_coef). */
 typedef enum {
     DT_DPO_SIGMOID, DT_DPO_HINGE, DT_DPO_IPO, DT_DPO_EXO_PAIR, DT_DPO_NCA_PAIR, DT_DPO_ROBUST, DT_DPO_BCO_PAIR, DT_DPO_SPPO_HARD,
-    DT_DPO_APO_ZERO, DT_DPO_APO_DOWN, DT_DPO_DISCOPOP, DT_DPO_SFT, DT_DPO_SIGMOID_NORM, DT_DPO_NKINDS
+    DT_DPO_APO_ZERO, DT_DPO_APO_DOWN, DT_DPO_DISCOPOP, DT_DPO_SFT, DT_DPO_SIGMOID_NORM, DT_DPO_AOT, DT_DPO_AOT_UNPAIRED, DT_DPO_NKINDS
 } dt_dpo_kind;
 typedef enum { DT_DPO_REVERSE_KL, DT_DPO_FORWARD_KL, DT_DPO_JS_DIVERGENCE, DT_DPO_ALPHA_DIVERGENCE } dt_dpo_divergence;
 #define DT_DPO_MAX_LOSSES 8
@@ -94,6 +94,10 @@ const char *dt_dpo_divergence_name(dt_dpo_divergence d);
 double dt_dpo_pair_loss(const dt_dpo_config *c, double chosen, double rejected, int nc, int nr, double *dc, double *dr);
 /* sft's weight among c's kinds (0: not one). */
 double dt_dpo_sft_weight(const dt_dpo_config *c);
+/* The kinds of c that read a micro-batch's n pairs together (aot, aot_unpaired: the log-ratios sorted across them):
+ * their losses summed over the pairs, and their derivatives by each pair's chosen and rejected log-ratios added to
+ * gc[], gr[]; refd[i]: pair i's reference log-probability of chosen less rejected's. */
+double dt_dpo_batch_loss(const dt_dpo_config *c, int n, const double *cr, const double *rr, const double *refd, double *gc, double *gr);
 
 typedef struct {
     const char *model;        /* preset (d6, 124M, ...) or an llm.c model file */

@@ -79,33 +79,56 @@ static void weigh_row(int b, int T, const int32_t *targets, float *dce, double w
         if (targets[(size_t)b * T + t] >= 0) dce[(size_t)b * T + t] += (float)w;
 }
 
+/* The micro-batch's pairs' losses (their weights on the rows' tokens into dce), once every pair's log-ratios are known
+ * (cr, rr; refd the reference's chosen less rejected; scored the rows' tokens): each pair's own kinds, then those that
+ * sort the pairs together, then sft's mean over the chosen tokens; the statistics counted. */
+static double pairs_loss(dt_dpo *d, int pairs, int T, const int32_t *targets, const double *logp, const int *scored, double *cr, double *rr,
+                         double *refd, float *dce) {
+    const dt_dpo_config *c = &d->cfg;
+    double *gc = calloc(2 * (size_t)pairs, sizeof(double)), *gr = gc ? gc + pairs : NULL, loss = 0, sft_ce = 0, sft_w = dt_dpo_sft_weight(c);
+    int sft_n = 0;
+    if (!gc) return NAN;
+    for (int i = 0; i < pairs; i++) {
+        double L = dt_dpo_pair_loss(c, cr[i], rr[i], scored[2 * i], scored[2 * i + 1], &gc[i], &gr[i]);
+        double s[DT_DPO_NSTATS] = { 1, cr[i] > rr[i], c->beta * cr[i], c->beta * rr[i], L };
+        for (int k = 0; k < DT_DPO_NSTATS; k++) d->stats[k] += s[k];
+        loss += L, sft_ce -= logp[2 * i], sft_n += scored[2 * i];
+    }
+    double batch = dt_dpo_batch_loss(c, pairs, cr, rr, refd, gc, gr); /* (aot's: the pairs sorted) */
+    loss += batch, d->stats[DT_DPO_LOSS] += batch;
+    for (int i = 0; i < pairs; i++) weigh_row(2 * i, T, targets, dce, -gc[i] / pairs), weigh_row(2 * i + 1, T, targets, dce, -gr[i] / pairs);
+    free(gc);
+    loss /= pairs;
+    if (sft_w != 0 && sft_n > 0) { /* the chosen completions' mean cross-entropy over the micro-batch's scored tokens */
+        for (int i = 0; i < pairs; i++) weigh_row(2 * i, T, targets, dce, sft_w / sft_n);
+        loss += sft_w * sft_ce / sft_n;
+        d->stats[DT_DPO_LOSS] += sft_w * sft_ce / sft_n * pairs;
+    }
+    return loss;
+}
+
 float dt_dpo_token_loss(void *ctx, int B, int T, const float *ce, const int32_t *targets, float *dce) {
     dt_dpo *d = ctx;
-    const dt_dpo_config *c = &d->cfg;
     size_t row = d->head < d->nq ? d->queue[d->head++] : (size_t)-1;
-    double logp[2], loss = 0, sft_ce = 0, sft_w = dt_dpo_sft_weight(c), beta = c->beta;
-    int pairs = B / 2, scored[2], sft_n = 0, counted = 0;
-    for (int b = 0; b < B; b++) { /* a row's gradient is its pair's weight on its scored tokens, 0 elsewhere */
-        logp[b % 2] = row_logp(b, T, ce, targets, dce, &scored[b % 2]);
-        if (row == (size_t)-1 || row + (size_t)b >= d->nrows) continue;
-        if (d->reference) { d->ref[row + b] = logp[b % 2], d->have[row + b] = true; continue; }
-        if (b % 2 == 0) continue;
-        const double *ref = d->ref + row + b - 1;
-        if (!d->have[row + b - 1] || !d->have[row + b]) { loss = NAN; continue; } /* never recorded: said by the NaN */
-        double cr = logp[0] - ref[0], rr = logp[1] - ref[1], gc, gr;
-        double L = dt_dpo_pair_loss(c, cr, rr, scored[0], scored[1], &gc, &gr);
-        loss += L / pairs;
-        weigh_row(b - 1, T, targets, dce, -gc / pairs), weigh_row(b, T, targets, dce, -gr / pairs);
-        sft_ce -= logp[0], sft_n += scored[0], counted++;
-        double s[DT_DPO_NSTATS] = { 1, cr > rr, beta * cr, beta * rr, L };
-        for (int i = 0; i < DT_DPO_NSTATS; i++) d->stats[i] += s[i];
+    int pairs = B / 2, *scored = malloc(sizeof(int) * (size_t)(B > 0 ? B : 1));
+    double *logp = malloc(sizeof(double) * (size_t)(B + 2 * pairs + 1)); /* B rows', then pairs' chosen and rejected log-ratios */
+    bool known = scored && logp;
+    for (int b = 0; known && b < B; b++) { /* a row's gradient is its pair's weight on its scored tokens, 0 elsewhere */
+        logp[b] = row_logp(b, T, ce, targets, dce, &scored[b]);
+        known = row != (size_t)-1 && row + (size_t)b < d->nrows;
+        if (known && d->reference) d->ref[row + b] = logp[b], d->have[row + b] = true;
+        known = known && (d->reference || d->have[row + b]); /* never recorded: said by the NaN */
     }
-    if (row == (size_t)-1 || row + (size_t)B > d->nrows) return NAN; /* no rows queued: a caller's mistake, made visible */
-    if (d->reference) return 0;
-    if (sft_w != 0 && sft_n > 0) { /* the chosen completions' mean cross-entropy over the micro-batch's scored tokens */
-        for (int b = 0; b + 1 < B && row + (size_t)b + 1 < d->nrows; b += 2) weigh_row(b, T, targets, dce, sft_w / sft_n);
-        loss += sft_w * sft_ce / sft_n;
-        d->stats[DT_DPO_LOSS] += sft_w * sft_ce / sft_n * counted;
+    double loss = NAN;
+    if (known && d->reference) loss = 0;
+    else if (known) {
+        double *cr = logp + B, *rr = cr + pairs;
+        for (int i = 0; i < pairs; i++) cr[i] = logp[2 * i] - d->ref[row + 2 * i], rr[i] = logp[2 * i + 1] - d->ref[row + 2 * i + 1];
+        double *diff = malloc(sizeof(double) * (size_t)(pairs > 0 ? pairs : 1));
+        for (int i = 0; diff && i < pairs; i++) diff[i] = d->ref[row + 2 * i] - d->ref[row + 2 * i + 1];
+        loss = diff ? pairs_loss(d, pairs, T, targets, logp, scored, cr, rr, diff, dce) : NAN;
+        free(diff);
     }
-    return (float)loss;
+    free(scored), free(logp);
+    return (float)loss; /* (NaN: no rows queued, a row beyond them or not recorded: a caller's mistake, made visible) */
 }

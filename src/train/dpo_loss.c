@@ -7,11 +7,12 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const kinds[DT_DPO_NKINDS] = {
     "sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "apo_zero", "apo_down", "discopop", "sft",
-    "sigmoid_norm",
+    "sigmoid_norm", "aot", "aot_unpaired",
 };
 static const char *const divergences[] = { "reverse_kl", "forward_kl", "js_divergence", "alpha_divergence" };
 
@@ -26,8 +27,8 @@ dt_status dt_dpo_losses_parse(const char *list, dt_dpo_config *c) {
         while (k < DT_DPO_NKINDS && !(strlen(kinds[k]) == n && !strncmp(kinds[k], s, n))) k++;
         if (k == DT_DPO_NKINDS)
             return dt_error(DT_ERR_ARG, "--dpo-loss %s: '%.*s' is not a loss: sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, "
-                            "sppo_hard, apo_zero, apo_down, discopop, sft, sigmoid_norm (TRL's loss_type; aot's sort across "
-                            "a batch is not built), comma-separated to sum them", list, (int)n, s);
+                            "sppo_hard, apo_zero, apo_down, discopop, sft, sigmoid_norm, aot, aot_unpaired (TRL's loss_type), "
+                            "comma-separated to sum them", list, (int)n, s);
         for (int j = 0; j < c->nloss; j++)
             if (c->loss[j] == (dt_dpo_kind)k) return dt_error(DT_ERR_ARG, "--dpo-loss %s: %s twice", list, kinds[k]);
         if (c->nloss == DT_DPO_MAX_LOSSES) return dt_error(DT_ERR_ARG, "--dpo-loss %s: more than %d losses", list, DT_DPO_MAX_LOSSES);
@@ -190,10 +191,49 @@ double dt_dpo_pair_loss(const dt_dpo_config *c, double chosen, double rejected, 
     for (int i = 0; i < c->nloss; i++) {
         dt_dpo_kind k = c->loss[i];
         double gc, gr, w = c->weight[i];
-        if (k == DT_DPO_SFT) continue; /* (a micro-batch's, not a pair's: dpo.c) */
+        if (k == DT_DPO_SFT || k == DT_DPO_AOT || k == DT_DPO_AOT_UNPAIRED) continue; /* (a micro-batch's: dpo.c, below) */
         if (on_difference(k)) L += w * on_scores(c, k, sc, sr, nc, nr, &gc, &gr), gc *= dsc, gr *= dsr;
         else L += w * on_ratios(c, k, chosen, rejected, &gc, &gr);
         *dc += w * gc, *dr += w * gr;
     }
+    return L;
+}
+
+/* Indices 0..n-1 in the ascending order of v (ties by index: a stable sort, as torch's on equal values need not be). */
+static void order(const double *v, int n, int *idx) {
+    for (int i = 0; i < n; i++) idx[i] = i;
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[idx[j - 1]] > v[idx[j]]; j--) {
+            int t = idx[j];
+            idx[j] = idx[j - 1], idx[j - 1] = t;
+        }
+}
+
+/* aot's (paired: the policy's chosen-less-rejected log-ratios sorted against the reference's) or aot_unpaired's (the
+ * chosen and the rejected log-ratios each sorted): the j-th smallest of one against the j-th of the other, smoothed
+ * as robust's flips; its derivatives to the pairs the sorts put there. */
+static double aot(const dt_dpo_config *c, bool paired, int n, const double *cr, const double *rr, const double *refd, double w, double *gc,
+                  double *gr) {
+    double *a = malloc(4 * sizeof(double) * (size_t)n), *b = a ? a + n : NULL, L = 0, e = c->label_smoothing, beta = c->beta;
+    int *ia = malloc(2 * sizeof(int) * (size_t)n), *ib = ia ? ia + n : NULL;
+    if (!a || !ia) { free(a), free(ia); return NAN; }
+    for (int i = 0; i < n; i++) a[i] = paired ? cr[i] - rr[i] + refd[i] : cr[i], b[i] = paired ? refd[i] : rr[i];
+    order(a, n, ia), order(b, n, ib);
+    for (int j = 0; j < n; j++) {
+        double x = beta * (a[ia[j]] - b[ib[j]]), g = w * beta * (-(1 - e) * sig(-x) + e * sig(x));
+        L += w * ((1 - e) * nls(x) + e * nls(-x));
+        gc[ia[j]] += g; /* (paired: a is chosen less rejected, the reference's sort a constant) */
+        if (paired) gr[ia[j]] -= g;
+        else gr[ib[j]] -= g;
+    }
+    free(a), free(ia);
+    return L;
+}
+
+double dt_dpo_batch_loss(const dt_dpo_config *c, int n, const double *cr, const double *rr, const double *refd, double *gc, double *gr) {
+    double L = 0;
+    for (int i = 0; i < c->nloss; i++)
+        if (c->loss[i] == DT_DPO_AOT || c->loss[i] == DT_DPO_AOT_UNPAIRED)
+            L += aot(c, c->loss[i] == DT_DPO_AOT, n, cr, rr, refd, c->weight[i], gc, gr);
     return L;
 }
