@@ -411,6 +411,7 @@ dt_status dt_dpo_queue(dt_dpo *d, size_t row);
 void dt_dpo_restart(dt_dpo *d);
 void dt_dpo_set_reference(dt_dpo *d, bool on);
 double dt_dpo_beta(const dt_dpo *d);
+const dt_dpo_config *dt_dpo_config_of(const dt_dpo *d); /* its settings, resolved (defaults filled) */
 double dt_dpo_reference(const dt_dpo *d, size_t row); /* NAN: not recorded */
 void dt_dpo_stats(dt_dpo *d, double out[DT_DPO_NSTATS], bool clear);
 float dt_dpo_token_loss(void *ctx, int B, int T, const float *ce, const int32_t *targets, float *dce);

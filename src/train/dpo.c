@@ -58,6 +58,7 @@ dt_status dt_dpo_queue(dt_dpo *d, size_t row) {
 void dt_dpo_restart(dt_dpo *d) { d->nq = d->head = 0; }
 void dt_dpo_set_reference(dt_dpo *d, bool on) { d->reference = on; }
 double dt_dpo_beta(const dt_dpo *d) { return d->cfg.beta; }
+const dt_dpo_config *dt_dpo_config_of(const dt_dpo *d) { return &d->cfg; }
 
 double dt_dpo_reference(const dt_dpo *d, size_t row) { return row < d->nrows && d->have[row] ? d->ref[row] : NAN; }
 
@@ -111,7 +112,8 @@ float dt_dpo_token_loss(void *ctx, int B, int T, const float *ce, const int32_t 
     dt_dpo *d = ctx;
     size_t row = d->head < d->nq ? d->queue[d->head++] : (size_t)-1;
     int pairs = B / 2, *scored = malloc(sizeof(int) * (size_t)(B > 0 ? B : 1));
-    double *logp = malloc(sizeof(double) * (size_t)(B + 2 * pairs + 1)); /* B rows', then pairs' chosen and rejected log-ratios */
+    /* B rows' log-probabilities, then the pairs' chosen and rejected log-ratios and the reference's differences */
+    double *logp = malloc(sizeof(double) * (size_t)(B + 3 * pairs + 1));
     bool known = scored && logp;
     for (int b = 0; known && b < B; b++) { /* a row's gradient is its pair's weight on its scored tokens, 0 elsewhere */
         logp[b] = row_logp(b, T, ce, targets, dce, &scored[b]);
@@ -122,12 +124,12 @@ float dt_dpo_token_loss(void *ctx, int B, int T, const float *ce, const int32_t 
     double loss = NAN;
     if (known && d->reference) loss = 0;
     else if (known) {
-        double *cr = logp + B, *rr = cr + pairs;
-        for (int i = 0; i < pairs; i++) cr[i] = logp[2 * i] - d->ref[row + 2 * i], rr[i] = logp[2 * i + 1] - d->ref[row + 2 * i + 1];
-        double *diff = malloc(sizeof(double) * (size_t)(pairs > 0 ? pairs : 1));
-        for (int i = 0; diff && i < pairs; i++) diff[i] = d->ref[row + 2 * i] - d->ref[row + 2 * i + 1];
-        loss = diff ? pairs_loss(d, pairs, T, targets, logp, scored, cr, rr, diff, dce) : NAN;
-        free(diff);
+        double *cr = logp + B, *rr = cr + pairs, *diff = rr + pairs;
+        for (int i = 0; i < pairs; i++) {
+            const double *ref = d->ref + row + 2 * i;
+            cr[i] = logp[2 * i] - ref[0], rr[i] = logp[2 * i + 1] - ref[1], diff[i] = ref[0] - ref[1];
+        }
+        loss = pairs_loss(d, pairs, T, targets, logp, scored, cr, rr, diff, dce);
     }
     free(scored), free(logp);
     return (float)loss; /* (NaN: no rows queued, a row beyond them or not recorded: a caller's mistake, made visible) */

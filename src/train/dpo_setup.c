@@ -53,10 +53,8 @@ dt_status dt_train_setup_dpo(run *r) {
     dt_dpo_set_reference(r->dpo, false);
     if (st) return dt_error(st, "DPO's reference log-probabilities: %s", dt_last_error());
     if (r->rank == 0 && !c->quiet) {
-        dt_dpo_config cfg = c->dpo;
         char loss[256];
-        (void)dt_dpo_config_resolve(&cfg); /* (dt_dpo_create took it) */
-        dt_dpo_config_describe(&cfg, loss, sizeof loss);
+        dt_dpo_config_describe(dt_dpo_config_of(r->dpo), loss, sizeof loss);
         printf("preference pairs: %zu from %s, DPO with beta %g (%s); the reference (%s) scored %zu rows in %.1f s\n", dt_sft_rows(r->sft) / 2,
                c->data, dt_dpo_beta(r->dpo), loss, c->lora.rank || c->lora_from ? "the base, adapters off" : "the starting model", rows,
                dt_time_now() - t0);
