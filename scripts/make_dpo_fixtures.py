@@ -22,7 +22,7 @@ Writes tests/fixtures/dpo/:
   tools_<name>.safetensors  TRL's rows of them: "ids.<k>", "mask.<k>" (only the rows: `make_dpo_fixtures.py tools`
                          writes these alone)
   losses.safetensors     of the text pairs, TRL's other loss kinds (LOSS_CASES, its metadata "cases": loss_type,
-                         loss_weights, label_smoothing, discopop_tau, the f-divergence): "<k>.loss" and
+                         loss_weights, label_smoothing, discopop_tau, the f-divergence, ld_alpha, use_weighting): "<k>.loss" and
                          "<k>.grad.<name>" of LOSS_GRADS (`make_dpo_fixtures.py losses` writes it alone, from the
                          reference's and the policy's files)
 Run with the baselines' environment (scripts/make-baselines-venv.sh, with trl):
@@ -103,7 +103,11 @@ LOSS_CASES = [
     {"loss_type": ["ipo"], "f_divergence_type": "alpha_divergence", "f_alpha_divergence_coef": 0.3},
     {"loss_type": ["robust", "hinge"], "loss_weights": [0.5, 2.0], "label_smoothing": 0.2},
     {"loss_type": ["aot"], "label_smoothing": 0.1}, {"loss_type": ["aot_unpaired"]},  # the log-ratios sorted across the batch
-]
+    # LD-DPO's tails beyond the shorter completion, WPO's weights, both with sft (its tokens unweighted by ld_alpha)
+    {"loss_type": ["sigmoid"], "ld_alpha": 0.5}, {"loss_type": ["ipo"], "ld_alpha": 0.0},
+    {"loss_type": ["sigmoid"], "use_weighting": True}, {"loss_type": ["bco_pair", "sigmoid_norm"], "use_weighting": True},
+    {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, 0.5], "ld_alpha": 0.3}, {"loss_type": ["sigmoid"], "ld_alpha": 0.3, "use_weighting": True},
+]  # (TRL 1.16 cannot take use_weighting with hinge or sft: it scales their losses in place, which backward then refuses)
 # the gradients kept of each (the last norm's and a down projection's: every row's weight reaches them)
 LOSS_GRADS = ["model.norm.weight", "model.layers.1.mlp.down_proj.weight"]
 

@@ -9,8 +9,9 @@
 # reference is gone), an odd --batch, --dpo-beta or --dpo-loss without pairs, a pairs file beside an examples file,
 # smoothing out of a loss's range, weights that do not match, an f-divergence a
 # loss has no form under. --dpo-loss ipo on DDP 2, and MPO's mix (sigmoid, bco_pair, sft) on DDP 2 against 2
-# micro-batches (sft's mean is over a micro-batch's tokens, as TRL's per device), aot's sorts likewise; a resumed run
-# keeps its loss.
+# micro-batches (sft's mean is over a micro-batch's tokens, as TRL's per device), aot's sorts likewise; LD-DPO's
+# --dpo-ld-alpha with WPO's --dpo-wpo (each position's log sum p^2 from the head) on TP 2 and PP 2 as one process, in
+# bf16 near f32; WPO with aot, an ld_alpha above 1 and --dpo-wpo without pairs refused; a resumed run keeps its loss.
 # usage: dpo_equivalence.sh DTRAIN FIXTURES
 set -u
 DTRAIN=$1
@@ -83,6 +84,16 @@ lora=(--lora-rank 4 --lora-targets q_proj,v_proj,down_proj "${deep[@]}")
 run lref --batch 8 "${lora[@]}"
 run lddp --batch 4 --nproc 2 "${lora[@]}" && close "LoRA, DDP 2" "$dir/lref.jsonl" "$dir/lddp.jsonl"
 run lpp --batch 2 --grad-accum 4 --nproc 2 --pp 2 "${lora[@]}" && close "LoRA, PP 2" "$dir/lref.jsonl" "$dir/lpp.jsonl"
+# LD-DPO's tails and WPO's weights (each position's log sum p^2, summed over TP's vocabulary split): a pair's own, so
+# every layout gives one process's losses; bf16's 16-bit logits near f32's
+wl=(--dpo-wpo --dpo-ld-alpha 0.5)
+run wl --batch 8 "${wl[@]}"
+w1=$(field loss "$dir/wl.jsonl" | head -1)
+awk "BEGIN{exit !($w1 > 0 && $w1 < 0.69)}" && ok=1 || ok=0
+verdict $ok "--dpo-wpo: step 1's loss is log 2 times the pairs' mean weight, below log 2 ($w1)"
+run wltp --batch 8 --nproc 2 --tp 2 "${wl[@]}" && close "--dpo-wpo --dpo-ld-alpha 0.5, TP 2" "$dir/wl.jsonl" "$dir/wltp.jsonl"
+run wlpp --batch 2 --grad-accum 4 --nproc 2 --pp 2 "${wl[@]}" && close "--dpo-wpo --dpo-ld-alpha 0.5, PP 2, 4 micro-batches" "$dir/wl.jsonl" "$dir/wlpp.jsonl"
+run wlb16 --batch 4 --nproc 2 --precision bf16 "${wl[@]}"
 # a LoRA run saved at step 10 under DDP 2, resumed on one process: the base is the reference again
 if "$DTRAIN" train "${shape[@]}" "${lora[@]}" --quiet --batch 4 --nproc 2 --steps 10 --save "$dir/ck" --metrics "$dir/a.jsonl" > "$dir/a.out" 2>&1 &&
    "$DTRAIN" train "${shape[@]}" "${lora[@]}" --quiet --batch 8 --resume "$dir/ck" --metrics "$dir/b.jsonl" > "$dir/b.out" 2>&1; then
@@ -94,9 +105,9 @@ else
 fi
 # --resume DIR alone: the data, its tokenizer, beta and the loss from the checkpoint
 "$DTRAIN" train "${shape[@]}" "${lora[@]}" --dpo-beta 0.3 --dpo-loss robust,hinge --dpo-loss-weights 0.5,2 --dpo-label-smoothing 0.2 \
-    --dpo-f-divergence js_divergence --quiet --batch 8 --steps 2 --save "$dir/b3" > /dev/null 2>&1
+    --dpo-f-divergence js_divergence --dpo-ld-alpha 0 --dpo-wpo --quiet --batch 8 --steps 2 --save "$dir/b3" > /dev/null 2>&1
 "$DTRAIN" train --resume "$dir/b3" --steps 3 > "$dir/b3.out" 2>&1 &&
-    grep -qF "DPO with beta 0.3 (robust x 0.5 + hinge x 2, js_divergence, label smoothing 0.2); the reference (the base, adapters off)" "$dir/b3.out" &&
+    grep -qF "DPO with beta 0.3 (robust x 0.5 + hinge x 2, js_divergence, label smoothing 0.2, ld_alpha 0, WPO's weights); the reference (the base, adapters off)" "$dir/b3.out" &&
     grep -q "^step 3/3" "$dir/b3.out" && ok=1 || ok=0
 verdict $ok "--resume DIR alone goes on with its pairs, tokenizer, beta and loss ($(grep -o 'DPO with beta [^;]*' "$dir/b3.out"))"
 # bf16 (the logits' gradient made in the head's 16-bit backward, each row weighed there): near f32's, DDP 2 near it
@@ -106,6 +117,7 @@ near() { paste <(field loss "$2") <(field loss "$3") | awk -v what="$1" 'BEGIN{w
          END{ok = n == 20 && w <= 1e-3; printf "%s %s: worst relative loss difference over 20 steps %g (bf16: within 1e-3)\n", ok ? "ok  " : "FAIL", what, w; exit !ok}'; }
 near "bf16 against f32" "$dir/ref.jsonl" "$dir/b16.jsonl" && passed=$((passed + 1)) || failed=$((failed + 1))
 near "bf16, DDP 2 against one process" "$dir/b16.jsonl" "$dir/b16ddp.jsonl" && passed=$((passed + 1)) || failed=$((failed + 1))
+near "--dpo-wpo --dpo-ld-alpha 0.5, bf16 on DDP 2 against f32" "$dir/wl.jsonl" "$dir/wlb16.jsonl" && passed=$((passed + 1)) || failed=$((failed + 1))
 # at the reference (no step yet) every pair's log-ratio is exactly 0: loss log 2, no pair counted accurate
 "$DTRAIN" train "${shape[@]}" --batch 8 --steps 0 --val-data "$dir/val.jsonl" --eval-batches 4 > "$dir/v0.out" 2>&1
 grep -q "pairs evaluated: 16, reward accuracy 0.0%, margin +0.0000" "$dir/v0.out" && grep -q "validation loss 0.693147" "$dir/v0.out" && ok=1 || ok=0
@@ -132,5 +144,8 @@ refused "exo_pair without smoothing" "exo_pair's epsilon lies in (0, 1)" train "
 refused "weights that do not match the losses" "2 weights for 1 losses" train "${shape[@]}" --batch 8 --dpo-loss ipo --dpo-loss-weights 1,2
 refused "an f-divergence with a loss it has no form for" "bco_pair has no form under it" train "${shape[@]}" --batch 8 --dpo-loss bco_pair \
     --dpo-f-divergence forward_kl
+refused "WPO's weights with aot's sorted pairs" "no loss is a pair's" train "${shape[@]}" --batch 8 --dpo-loss aot --dpo-wpo
+refused "an ld_alpha above 1" "--dpo-ld-alpha" train "${shape[@]}" --batch 8 --dpo-ld-alpha 1.5
+refused "--dpo-wpo without pairs" "--dpo-wpo: --data" train "${shape[@]}" --batch 8 --data "$dir/sft.jsonl" --dpo-wpo
 echo "dpo equivalence: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -115,7 +115,7 @@ static void check_trl(const char *dir, const char *name) {
     if (!st) st = dt_program_create(&cfg, &p);
     size_t rows = d ? dt_sft_rows(d) : 0;
     if (!st) st = dt_dpo_create(&(dt_dpo_config){ .beta = 0.1 }, rows, &dpo);
-    if (!st) st = dt_program_set_token_loss(p, dt_dpo_token_loss, dpo);
+    if (!st) st = dt_program_set_token_loss(p, dt_dpo_token_loss, dpo, false);
     if (!st) st = load_weights(p, dir, "policy", NULL);
     snprintf(path, sizeof path, "%s/dpo/%s.safetensors", dir, texts ? "policy" : name);
     if (!st) st = dt_safetensors_open(path, &pol);
@@ -206,6 +206,9 @@ static dt_status case_config(const cJSON *o, dt_dpo_config *c) {
     if (!isnan(e)) c->label_smoothing = e;
     if (!isnan(tau)) c->discopop_tau = tau;
     if (!isnan(a)) c->f_alpha = a;
+    double ld = fixture_number(o, "ld_alpha");
+    if (!isnan(ld)) c->ld = true, c->ld_alpha = ld;
+    c->wpo = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "use_weighting"));
     return st;
 }
 
@@ -243,7 +246,7 @@ static void check_losses(const char *dir) {
         int n1 = 1;
         if (!st) st = case_config(c, &dc);
         if (!st) st = dt_dpo_create(&dc, 2 * PAIRS, &dpo);
-        if (!st) st = dt_program_set_token_loss(p, dt_dpo_token_loss, dpo);
+        if (!st) st = dt_program_set_token_loss(p, dt_dpo_token_loss, dpo, dc.wpo);
         dt_dpo_set_reference(dpo, true);
         if (!st && !(st = load_weights(p, dir, "ref", NULL)) && !(st = pass(p, dpo, in, tg, 0, 2 * PAIRS, 0, &loss)))
             st = load_weights(p, dir, "policy", NULL);
@@ -271,9 +274,9 @@ static void check_losses(const char *dir) {
         k++;
     }
     char what[160], detail[560];
-    snprintf(what, sizeof what, "%d loss kinds and mixes more (loss_type, weights, smoothing, f-divergences): TRL's loss, gradients", k);
+    snprintf(what, sizeof what, "%d loss kinds and mixes more (loss_type, weights, smoothing, f-divergences, ld_alpha, WPO): TRL's loss, gradients", k);
     snprintf(detail, sizeof detail, "the worst of their tolerance: loss %.2f (%s), gradients %.2f (%s)", worst_loss, worst_l, worst_grad, worst_g);
-    if (!st) check(what, k >= 19 && worst_loss <= 1 && worst_grad <= 1, detail);
+    if (!st) check(what, k >= 25 && worst_loss <= 1 && worst_grad <= 1, detail);
     else printf("FAIL dpo losses: %s\n", dt_last_error()), failed++;
     cJSON_Delete(cases), cJSON_Delete(names);
     dt_program_destroy(p);

@@ -99,8 +99,8 @@ static void check_kind(const char *dir, dt_grpo_loss kind, const char *prefix, c
     dt_status st = dt_program_create(&cfg, &p);
     if (!st) st = dt_program_create(&cfg, &ref);
     if (!st) st = dt_grpo_create(&gc, R, T, &g);
-    if (!st) st = dt_program_set_token_loss(p, dt_grpo_token_loss, g);
-    if (!st) st = dt_program_set_token_loss(ref, dt_grpo_token_loss, g);
+    if (!st) st = dt_program_set_token_loss(p, dt_grpo_token_loss, g, false);
+    if (!st) st = dt_program_set_token_loss(ref, dt_grpo_token_loss, g, false);
     if (!st) st = load(ref, dir, "ref");
     if (!st) dt_grpo_begin(g, adv, 1.0 / ntokens), dt_grpo_restart(g, DT_GRPO_RECORD_REF), st = pass(ref, 0, R, 0, &ignored);
     if (!st && !strcmp(prefix, "dapo")) check_reference(g);
@@ -203,8 +203,8 @@ static void check_cases(const char *dir) {
         case_config(c, &gc, &tools);
         if (!st) st = rows(tools);
         if (!st) st = dt_grpo_create(&gc, R, T, &g);
-        if (!st) st = dt_program_set_token_loss(p, dt_grpo_token_loss, g);
-        if (!st) st = dt_program_set_token_loss(ref, dt_grpo_token_loss, g);
+        if (!st) st = dt_program_set_token_loss(p, dt_grpo_token_loss, g, false);
+        if (!st) st = dt_program_set_token_loss(ref, dt_grpo_token_loss, g, false);
         if (!st) dt_grpo_begin(g, adv, 1.0 / ntokens), dt_grpo_restart(g, DT_GRPO_RECORD_REF), st = pass(ref, 0, R, 0, &ignored);
         if (!st && !(st = load(p, dir, "old"))) dt_grpo_restart(g, DT_GRPO_RECORD_OLD), st = pass(p, 0, R, 0, &ignored);
         if (!st) st = load(p, dir, "policy");

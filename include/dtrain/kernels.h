@@ -328,6 +328,13 @@ float dt_crossentropy_forward_lp(float *losses, float *stats, const uint16_t *lo
  * thread, at least Vp). */
 void dt_crossentropy_rows_lp(float *out, const float *mx, const uint16_t *logits, const int32_t *targets, int v0, int BT, int V,
                              int Vp, dt_dtype t, float *work, size_t work_floats);
+/* Each scored row's moments about its maximum m = stats[2i] (forward's stats: the whole vocabulary's) over its first V
+ * of Vp logits (t: DT_F32, or the 16-bit type, widened into work as dt_crossentropy_rows_lp's): out[2i] =
+ * sum exp(2 (l - m)), out[2i + 1] = sum exp(l - m) (l - m); 0 for a row not scored (targets[i] < 0). Summed over a
+ * vocabulary-parallel group they are the row's: with S = stats[2i + 1], its entropy is log S - out[2i + 1] / S and
+ * log sum p^2 is log out[2i] - 2 log S. */
+void dt_crossentropy_rows_moments(float *out, const float *stats, const void *logits, const int32_t *targets, int BT, int V, int Vp,
+                                  dt_dtype t, float *work, size_t work_floats);
 /* The loss's gradient taken where it is used: from 16-bit logits and
  * forward's stats, rows [row0, row0 + n) and columns [o0, o0 + r) into
  * dst (n x r f32, rounded to t), the values dt_crossentropy_fused_lp would

@@ -86,13 +86,21 @@ dt_status dt_program_set_positions(dt_program *p, const int32_t *pos);
  * draws them again. NULL (the default): no dropout, as a model in evaluation. */
 void dt_program_set_row_keys(dt_program *p, const uint64_t *keys);
 /* A loss over a micro-batch's tokens in place of their mean cross-entropy (preference tuning's, a policy gradient's):
- * given ce[B*T], each row's cross-entropy (-log p of its target; 0 where not scored), it returns the micro-batch's
- * loss and writes dce[B*T], d(loss)/d(ce), which backward takes as each row's weight (with grad_scale). Called where
+ * given a micro-batch's rows (dt_token_rows: ce[B*T], each row's cross-entropy, -log p of its target, 0 where not
+ * scored), it returns the micro-batch's loss and writes dce[B*T], d(loss)/d(ce), which backward takes as each row's weight (with grad_scale). Called where
  * the head runs (a pipeline's last stage), once per forward with targets, in the order of the micro-batches (16-bit
  * logits too: their gradient takes the weights where the head's backward makes it). Refused with context parallelism
  * (a rank holds part of each sequence). fn NULL: the mean again. */
-typedef float (*dt_token_loss_fn)(void *ctx, int B, int T, const float *ce, const int32_t *targets, float *dce);
-dt_status dt_program_set_token_loss(dt_program *p, dt_token_loss_fn fn, void *ctx);
+typedef struct {
+    int B, T;
+    const float *ce;          /* [B*T] */
+    const int32_t *targets;   /* [B*T] (below 0: not scored) */
+    /* stats asked: each scored position's next-token distribution p's entropy and log sum_v p_v^2 (WPO's weight, an
+     * entropy mask's key), without gradient, 0 where not scored; NULL when not asked (they cost a pass over the logits) */
+    const float *entropy, *lsq;
+} dt_token_rows;
+typedef float (*dt_token_loss_fn)(void *ctx, const dt_token_rows *r, float *dce);
+dt_status dt_program_set_token_loss(dt_program *p, dt_token_loss_fn fn, void *ctx, bool stats);
 dt_status dt_program_forward(dt_program *p, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss);
 /* Forward over units [a, b) of one held range: from the tokens (a == 0) or from x, the residual stream [B, T, C]
  * entering unit a; targets (and the loss) only when the range ends with the head. A range that ends before the

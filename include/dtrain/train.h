@@ -78,12 +78,18 @@ typedef struct {
     double discopop_tau;       /* --dpo-discopop-tau (0: TRL's 0.05) */
     dt_dpo_divergence divergence; /* --dpo-f-divergence */
     double f_alpha;            /* --dpo-f-alpha (0: TRL's 0.5) */
+    int ld;                    /* --dpo-ld-alpha A given (TRL's ld_alpha not None): LD-DPO's log-probabilities, */
+    double ld_alpha;           /* a completion's tokens beyond its pair's shorter completion weighted by A, in [0, 1] */
+    int wpo;                   /* --dpo-wpo (TRL's use_weighting): each pair's loss weighted by WPO's (Zhou et al. 2024)
+                                * exp(the mean of log p_t - log sum_v p_v^2 over the chosen completion's tokens)
+                                * times the same of the rejected's, under the policy, without gradient */
 } dt_dpo_config;
 /* --dpo-loss's list and --dpo-f-divergence's name into c; an error naming what is read. */
 dt_status dt_dpo_losses_parse(const char *list, dt_dpo_config *c);
 dt_status dt_dpo_divergence_parse(const char *name, dt_dpo_config *c);
 /* c's settings as TRL takes them (defaults filled), or an error naming the flag: a kind's label smoothing out of its
- * range, weights that do not match the kinds, an f-divergence with a kind it has no form for. */
+ * range, weights that do not match the kinds, an f-divergence with a kind it has no form for, an ld_alpha outside
+ * [0, 1], WPO's weights with aot's sorted pairs. */
 dt_status dt_dpo_config_resolve(dt_dpo_config *c);
 /* c's loss as it reads ("sigmoid", "sigmoid x 0.8 + bco_pair x 0.2 + sft", with its settings). */
 void dt_dpo_config_describe(const dt_dpo_config *c, char *buf, size_t cap);
@@ -414,7 +420,7 @@ double dt_dpo_beta(const dt_dpo *d);
 const dt_dpo_config *dt_dpo_config_of(const dt_dpo *d); /* its settings, resolved (defaults filled) */
 double dt_dpo_reference(const dt_dpo *d, size_t row); /* NAN: not recorded */
 void dt_dpo_stats(dt_dpo *d, double out[DT_DPO_NSTATS], bool clear);
-float dt_dpo_token_loss(void *ctx, int B, int T, const float *ce, const int32_t *targets, float *dce);
+float dt_dpo_token_loss(void *ctx, const dt_token_rows *r, float *dce);
 
 /* GRPO's loss over one rank's rollout of rows rows of T tokens (whole groups), as a program's token loss (ctx: the
  * dt_grpo). dt_grpo_begin takes the rows' advantages (dt_grpo_advantages: TRL's scale_rewards "group") and dapo's
@@ -446,7 +452,7 @@ void dt_grpo_begin(dt_grpo *g, const float *adv, double token_scale);
 void dt_grpo_restart(dt_grpo *g, int mode);
 void dt_grpo_stats(dt_grpo *g, double out[DT_GRPO_NSTATS], bool clear);
 const float *dt_grpo_reference(const dt_grpo *g); /* [rows * T]: each target's reference log-probability */
-float dt_grpo_token_loss(void *ctx, int B, int T, const float *ce, const int32_t *targets, float *dce);
+float dt_grpo_token_loss(void *ctx, const dt_token_rows *r, float *dce);
 
 /* A completion's reward (train/reward.c), from --reward SPEC: contains:WORD (1 when the completion holds WORD, else
  * 0), count:WORD (how many times), or cmd:COMMAND, a program started once (sh -c) that reads one JSON line a

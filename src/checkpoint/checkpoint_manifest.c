@@ -99,6 +99,8 @@ static void dpo_settings(cJSON *x, const dt_dpo_config *d) {
     if (d->discopop_tau > 0) cJSON_AddNumberToObject(x, "dpo_discopop_tau", d->discopop_tau);
     if (d->divergence != DT_DPO_REVERSE_KL) cJSON_AddStringToObject(x, "dpo_f_divergence", dt_dpo_divergence_name(d->divergence));
     if (d->f_alpha > 0) cJSON_AddNumberToObject(x, "dpo_f_alpha", d->f_alpha);
+    if (d->ld) cJSON_AddNumberToObject(x, "dpo_ld_alpha", d->ld_alpha);
+    if (d->wpo) cJSON_AddBoolToObject(x, "dpo_wpo", 1);
 }
 
 /* The codec's flags in the settings section x: --resume DIR alone goes on compressing as the run did. */

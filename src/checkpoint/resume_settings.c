@@ -9,6 +9,7 @@
 #include "checkpoint_internal.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,6 +132,10 @@ static void take_dpo(const cJSON *j, dt_dpo_config *d) {
     dt_ckpt_number(j, "settings", "dpo_label_smoothing", "", &d->label_smoothing);
     dt_ckpt_number(j, "settings", "dpo_discopop_tau", "", &d->discopop_tau);
     dt_ckpt_number(j, "settings", "dpo_f_alpha", "", &d->f_alpha);
+    double ld = NAN;
+    dt_ckpt_number(j, "settings", "dpo_ld_alpha", "", &ld);
+    if (!isnan(ld)) d->ld = 1, d->ld_alpha = ld;
+    take_bool(j, "settings", "dpo_wpo", &d->wpo);
     const char *kinds = dt_ckpt_string(j, "settings", "dpo_loss"), *div = dt_ckpt_string(j, "settings", "dpo_f_divergence");
     if (kinds) (void)dt_dpo_losses_parse(kinds, d);
     if (div) (void)dt_dpo_divergence_parse(div, d);

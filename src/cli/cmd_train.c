@@ -83,7 +83,9 @@ static void usage(FILE *f) {
             "                     --dpo-loss-weights W,.. (1 each), --dpo-label-smoothing E (robust's flip\n"
             "                     probability, exo_pair's epsilon, aot's), --dpo-discopop-tau T (0.05),\n"
             "                     --dpo-f-divergence reverse_kl|forward_kl|\n"
-            "                     js_divergence|alpha_divergence (f-DPO; --dpo-f-alpha A, 0.5)\n"
+            "                     js_divergence|alpha_divergence (f-DPO; --dpo-f-alpha A, 0.5); --dpo-ld-alpha A\n"
+            "                     (LD-DPO: tokens beyond the pair's shorter completion weighted by A), --dpo-wpo\n"
+            "                     (WPO: a pair's loss weighted by its completions' probability under the policy)\n"
             "  --grpo FILE        GRPO (TRL's GRPOTrainer): each step rolls out --grpo-group G (8) completions of the\n"
             "                     next prompts of FILE (.jsonl of {\"prompt\": text} or {\"prompt\": [messages]}, the\n"
             "                     chat template's prompt, with a line's \"tools\" in it; or a prompt a line) with the\n"
@@ -331,7 +333,7 @@ static const dt_cli_flag flags[] = {
     { "--strategy", "single, ddp, zero1, zero2 or zero3" }, { "--zero", "1, 2 or 3" }, { "--metrics", "a file path" }, { "--tensorboard", "a folder" },
     { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
     { "--report", "a directory" }, { "--config", "a JSON file" },
-    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--lora-dropout", "a probability from 0 to 0.999" }, { "--dpo-beta", "a number from 1e-6 to 1e6" }, { "--dpo-loss", "sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, sppo_hard, apo_zero, apo_down, discopop, sft, sigmoid_norm, aot or aot_unpaired, comma-separated" }, { "--dpo-loss-weights", "numbers, comma-separated, one a --dpo-loss kind" }, { "--dpo-label-smoothing", "a number from 0 to 0.999" }, { "--dpo-discopop-tau", "a number from 1e-6 to 1e6" }, { "--dpo-f-divergence", "reverse_kl, forward_kl, js_divergence or alpha_divergence" }, { "--dpo-f-alpha", "a number from 1e-6 to 1000" }, { "--grpo", "a prompts file (.jsonl of {\"prompt\": text}, or one a line)" }, { "--reward", "contains:WORD, count:WORD or cmd:COMMAND (once a function, at most 8)" }, { "--reward-weights", "numbers, comma-separated, one a --reward" }, { "--chat-template-kwargs", "a JSON object" }, { "--grpo-loss", "dapo, grpo, dr_grpo, bnpo, cispo, sapo or luspo" }, { "--grpo-scale-rewards", "group, batch or none" }, { "--grpo-importance-sampling", "token or sequence" }, { "--grpo-epsilon-high", "a number from 1e-6 to 1000" }, { "--grpo-delta", "a number from 1e-6 to 1e6" }, { "--grpo-sapo-temperature-pos", "a number from 1e-6 to 1e6" }, { "--grpo-sapo-temperature-neg", "a number from 1e-6 to 1e6" }, { "--grpo-mask-truncated", "" }, { "--grpo-kl", "corrected or plain" },
+    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--lora-dropout", "a probability from 0 to 0.999" }, { "--dpo-beta", "a number from 1e-6 to 1e6" }, { "--dpo-loss", "sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, sppo_hard, apo_zero, apo_down, discopop, sft, sigmoid_norm, aot or aot_unpaired, comma-separated" }, { "--dpo-loss-weights", "numbers, comma-separated, one a --dpo-loss kind" }, { "--dpo-label-smoothing", "a number from 0 to 0.999" }, { "--dpo-discopop-tau", "a number from 1e-6 to 1e6" }, { "--dpo-f-divergence", "reverse_kl, forward_kl, js_divergence or alpha_divergence" }, { "--dpo-f-alpha", "a number from 1e-6 to 1000" }, { "--dpo-ld-alpha", "a number from 0 to 1" }, { "--dpo-wpo", "" }, { "--grpo", "a prompts file (.jsonl of {\"prompt\": text}, or one a line)" }, { "--reward", "contains:WORD, count:WORD or cmd:COMMAND (once a function, at most 8)" }, { "--reward-weights", "numbers, comma-separated, one a --reward" }, { "--chat-template-kwargs", "a JSON object" }, { "--grpo-loss", "dapo, grpo, dr_grpo, bnpo, cispo, sapo or luspo" }, { "--grpo-scale-rewards", "group, batch or none" }, { "--grpo-importance-sampling", "token or sequence" }, { "--grpo-epsilon-high", "a number from 1e-6 to 1000" }, { "--grpo-delta", "a number from 1e-6 to 1e6" }, { "--grpo-sapo-temperature-pos", "a number from 1e-6 to 1e6" }, { "--grpo-sapo-temperature-neg", "a number from 1e-6 to 1e6" }, { "--grpo-mask-truncated", "" }, { "--grpo-kl", "corrected or plain" },
     { "--grpo-group", "a whole number from 2 to 4096" }, { "--grpo-iterations", "a whole number from 1 to 1000" }, { "--grpo-tool-turns", "a whole number from 0 to 1000000" }, { "--grpo-tools", "cmd:COMMAND or proc:COMMAND" }, { "--grpo-beta", "a number from 0 to 1e6" }, { "--grpo-epsilon", "a number from 0 to 1e3" },
     { "--completion-tokens", "a whole number from 1 to 1e6" }, { "--temperature", "a number from 0 to 100" }, { "--top-k", "a whole number from 0 (all) to 2^30" }, { "--top-p", "a number above 0 and at most 1" },
     { "--lora-targets", "module names, comma-separated (c_attn,c_proj; q_proj,v_proj)" },
@@ -491,6 +493,7 @@ static int run_flag(const char *f, const char *v, dt_train_config *c) {
     else if (!strcmp(f, "--dpo-loss")) ok = !dt_dpo_losses_parse(v, &c->dpo);
     else if (!strcmp(f, "--dpo-loss-weights")) ok = (c->dpo.nweights = dt_cli_numbers(v, c->dpo.weight, DT_DPO_MAX_LOSSES)) > 0;
     else if (!strcmp(f, "--dpo-f-divergence")) ok = !dt_dpo_divergence_parse(v, &c->dpo);
+    else if (!strcmp(f, "--dpo-ld-alpha")) ok = (c->dpo.ld = dt_cli_number(v, 0, 1, &c->dpo.ld_alpha)) != 0;
     else if (!strcmp(f, "--grpo-kl")) ok = !strcmp(v, "corrected") || !strcmp(v, "plain"), c->grpo.plain_kl = !strcmp(v, "plain");
     else if (!strcmp(f, "--chat-template")) ok = !dt_chat_kind_parse(v, &(dt_chat_kind){ 0 }), c->chat_template = v;
     else if (!strcmp(f, "--trace-steps")) ok = !dt_trace_parse_steps(v, &c->trace_first, &c->trace_last);
@@ -643,7 +646,7 @@ int dt_cli_train_parse(int argc, char **argv, const char *cmd, dt_train_config *
         { "--nesterov", &o.nesterov }, { "--quiet", &c.quiet }, { "--overwrite", &c.overwrite }, { "--recompute", &c.recompute },
         { "--tf32", &c.tf32 }, { "--sp", &c.sp }, { "--pack", &c.pack }, { "--pp-schedule-print", &c.pp_print },
         { "--step-at-end", &c.step_at_end }, { "--sync-bn", &c.sync_bn }, { "--synthetic", &c.synthetic },
-        { "--shuffle-rows", &c.shuffle_rows }, { "--grpo-mask-truncated", &c.grpo.mask_truncated },
+        { "--shuffle-rows", &c.shuffle_rows }, { "--grpo-mask-truncated", &c.grpo.mask_truncated }, { "--dpo-wpo", &c.dpo.wpo },
     };
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -167,6 +167,39 @@ void dt_crossentropy_rows_lp(float *out, const float *mx, const uint16_t *logits
     }
 }
 
+/* A slice's row's moments about its row's maximum m: the sums of exp(2 (l - m)) and of exp(l - m) (l - m). */
+static void slice_moments(float *out, const float *l, float m, int V) {
+    float sq = 0, xe = 0;
+    #pragma omp simd reduction(+ : sq, xe)
+    for (int v = 0; v < V; v++) {
+        float d = l[v] - m, e = dt_vexpf(d);
+        sq += e * e, xe += e * d;
+    }
+    out[0] = sq, out[1] = xe;
+}
+
+void dt_crossentropy_rows_moments(float *out, const float *stats, const void *logits, const int32_t *targets, int BT, int V, int Vp,
+                                  dt_dtype t, float *work, size_t work_floats) {
+    bool lp = t != DT_F32;
+    int nt = lp ? lp_threads(Vp, work_floats) : dt_kernels_threads();
+    #pragma omp parallel num_threads(nt)
+    {
+        int me = 0;
+#ifdef _OPENMP
+        me = omp_get_thread_num();
+#endif
+        float *row = lp ? work + (size_t)me * Vp : NULL;
+        #pragma omp for schedule(static)
+        for (int i = 0; i < BT; i++) {
+            out[2 * i] = out[2 * i + 1] = 0;
+            if (targets[i] < 0) continue; /* (a row not scored: its max is not the row's) */
+            const float *l = (const float *)logits + (size_t)i * Vp;
+            if (lp) dt_lp_unpack(row, (const uint16_t *)logits + (size_t)i * Vp, (size_t)V, t), l = row;
+            slice_moments(out + 2 * i, l, stats[2 * i], V);
+        }
+    }
+}
+
 /* row_grad's arithmetic, a block at a time: the same bits. */
 void dt_crossentropy_grad_lp(float *dst, const uint16_t *logits, int row0, int n, int Vp, int o0, int r, const dt_ce_grad *g,
                              dt_dtype t) {

@@ -117,6 +117,7 @@ typedef struct {
     uint64_t *row_key, *lora_rk; /* dropout: each sequence's key (dt_program_set_row_keys), and each row's for one adapter */
     bool keyed;                /* the micro-batch trains with dropout (keys were given) */
     float *dce;                /* a token loss's d(loss)/d(each row's cross-entropy), from forward for backward */
+    float *tok_stats;          /* a token loss's stats (asked): [B*T] entropies, then [B*T] log sum p^2 */
     float *moe_work;           /* a mixture of experts' scratch (program_moe.c), its ints, and over the micro-batch's */
     int32_t *moe_int;          /* layers each expert's choices and probabilities summed [2E] and the rows that made them */
     double *moe_acc, moe_rows; /* then, with a sequence-wise loss, each layer's counts and probabilities by sequence */
@@ -222,6 +223,7 @@ struct dt_program {
     double loss_tokens;        /* dt_program_set_loss_tokens (0: each micro-batch's own count of scored tokens) */
     dt_token_loss_fn token_loss; /* dt_program_set_token_loss (NULL: the mean cross-entropy) */
     void *token_loss_ctx;
+    bool token_stats;            /* the token loss asked for the rows' entropies and log sum p^2 */
     bool lora_off;             /* dt_program_set_lora_enabled(p, false): forward as the base alone */
     const int32_t *pos_src;    /* dt_program_set_positions: read by each micro-batch's forward (NULL: 0..T-1) */
     const uint64_t *key_src;   /* dt_program_set_row_keys: read likewise (NULL: no dropout, as in evaluation) */
@@ -347,6 +349,7 @@ void dt_program_norm_backward(dt_program *p, float *din, float *dw, float *db, c
 void dt_program_tp_embedding_forward(dt_program *p, float *out, const int32_t *tokens);
 void dt_program_tp_embedding_backward(dt_program *p, const float *dout, bool skip_rows);
 double dt_program_tp_crossentropy_forward(dt_program *p, const int32_t *targets); /* the sum of the rows' losses */
+void dt_program_tp_token_stats(dt_program *p, const int32_t *targets); /* after it: s->tok_stats */
 void dt_program_tp_crossentropy_backward(dt_program *p, float dscale);
 
 #endif

@@ -150,6 +150,7 @@ static void lay_slot(dt_program *p, program_slot *s, arena *m, int B, int T) {
     s->lora_x = carve(m, dropping(p) ? BT * (size_t)p->lora->max_in : 0, false);
     s->moe_work = carve(m, p->cfg.experts ? dt_program_moe_work(p, BT) : 0, false);
     s->dce = carve_for(m, last, p->token_loss ? head * BT : 0, true);
+    s->tok_stats = carve_for(m, last, p->token_loss && p->token_stats ? head * 2 * BT : 0, true);
 }
 
 /* the log-sum-exp kernels (context parallelism merges blocks by it): no T x T scores kept */
@@ -517,8 +518,12 @@ static void head_forward(dt_program *p, const int32_t *targets, float *loss) {
         for (int i = 0; i < BT; i++) scored += targets[i] >= 0;
         s->loss_tokens = p->loss_tokens > 0 ? p->loss_tokens : scored > 0 ? (double)scored : 1;
         s->loss = (float)(dt_program_tp_crossentropy_forward(p, targets) / s->loss_tokens);
-        if (p->token_loss) /* the caller's loss over the rows' cross-entropies; backward weighs each row by its d(loss) */
-            s->loss = p->token_loss(p->token_loss_ctx, s->B, s->T, s->losses, targets, s->dce), s->loss_tokens = 1;
+        if (p->token_loss) { /* the caller's loss over the rows' cross-entropies; backward weighs each row by its d(loss) */
+            if (p->token_stats) dt_program_tp_token_stats(p, targets);
+            dt_token_rows r = { .B = s->B, .T = s->T, .ce = s->losses, .targets = targets, .entropy = p->token_stats ? s->tok_stats : NULL,
+                                .lsq = p->token_stats ? s->tok_stats + BT : NULL };
+            s->loss = p->token_loss(p->token_loss_ctx, &r, s->dce), s->loss_tokens = 1;
+        }
         double t[DT_MOE_TERMS] = { dt_program_moe_balance_loss(p), dt_program_moe_z_loss(p), dt_program_moe_seq_loss(p),
                                    dt_program_moe_global_loss(p) };
         s->loss += (float)(p->cfg.aux_coef * t[0] + p->z_coef * t[1] + p->seq_coef * t[2] + p->glob_coef * t[3]); /* a mixture of experts' */
@@ -995,10 +1000,10 @@ dt_status dt_program_set_positions(dt_program *p, const int32_t *pos) {
     return DT_OK;
 }
 
-dt_status dt_program_set_token_loss(dt_program *p, dt_token_loss_fn fn, void *ctx) {
+dt_status dt_program_set_token_loss(dt_program *p, dt_token_loss_fn fn, void *ctx, bool stats) {
     if (fn && p->part.cp_size > 1)
         return dt_error(DT_ERR_UNSUPPORTED, "a loss over whole sequences (preference tuning) is not with --cp %d: a rank holds part of each sequence", p->part.cp_size);
-    p->token_loss = fn, p->token_loss_ctx = ctx;
+    p->token_loss = fn, p->token_loss_ctx = ctx, p->token_stats = fn && stats;
     dt_program_free_slots(p); /* the slots keep d(loss)/d(ce) from now */
     return DT_OK;
 }

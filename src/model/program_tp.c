@@ -132,6 +132,23 @@ double dt_program_tp_crossentropy_forward(dt_program *p, const int32_t *targets)
     return total;
 }
 
+/* Each scored row's entropy and log sum p^2 from its moments about the whole row's maximum (summed over a
+ * vocabulary-parallel group) and forward's statistics (the row's max and sum of exponentials S). */
+void dt_program_tp_token_stats(dt_program *p, const int32_t *targets) {
+    program_slot *s = p->s;
+    int BT = s->B * s->T;
+    const float *st = s->ce_stats;
+    float *mom = s->scratch; /* (the vocabulary-parallel forward's, done with) */
+    dt_crossentropy_rows_moments(mom, st, s->logits, targets, BT, p->Vv, p->Vl, p->prec, p->lp_work, p->lp_work_floats);
+    if (p->part.tp_size > 1) dt_program_tp_sum(p, mom, 2 * (size_t)BT);
+    for (int i = 0; i < BT; i++) {
+        double S = st[2 * i + 1], logS = log(S);
+        bool scored = targets[i] >= 0;
+        s->tok_stats[i] = scored ? (float)(logS - mom[2 * i + 1] / S) : 0.0f;
+        s->tok_stats[BT + i] = scored ? (float)(log(mom[2 * i]) - 2 * logS) : 0.0f;
+    }
+}
+
 void dt_program_tp_crossentropy_backward(dt_program *p, float dscale) {
     int BT = p->s->B * p->s->T;
     if (p->part.tp_size == 1) dt_crossentropy_backward(p->s->logits, p->s->ce_stats, p->s->targets, BT, p->Vv, p->Vl, dscale);

@@ -12,8 +12,10 @@
  * stage runs its micro-batches' heads in the order it read them); the queue starts again each step. */
 #include "dtrain/train.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct dt_dpo {
     dt_dpo_config cfg;   /* (resolved) */
@@ -66,71 +68,104 @@ void dt_dpo_stats(dt_dpo *d, double out[DT_DPO_NSTATS], bool clear) {
     for (int i = 0; i < DT_DPO_NSTATS; i++) out[i] = d->stats[i], d->stats[i] = clear ? 0 : d->stats[i];
 }
 
-/* Row b's log-probability (minus the sum of its cross-entropies) and its scored tokens; its weights zeroed. */
-static double row_logp(int b, int T, const float *ce, const int32_t *targets, float *dce, int *scored) {
+/* Row b's log-probability, minus the sum of its cross-entropies, each scored token after its first `shared` weighted by
+ * alpha (LD-DPO's; INT_MAX: none). */
+static double row_logp(int b, int T, const float *ce, const int32_t *targets, int shared, double alpha) {
     double logp = 0;
-    *scored = 0;
-    for (int t = 0; t < T; t++) logp -= ce[(size_t)b * T + t], dce[(size_t)b * T + t] = 0, *scored += targets[(size_t)b * T + t] >= 0;
+    for (int t = 0, n = 0; t < T; t++)
+        if (targets[(size_t)b * T + t] >= 0) logp -= (n++ < shared ? 1 : alpha) * ce[(size_t)b * T + t];
     return logp;
 }
 
-/* Each scored token of row b weighted w more. */
-static void weigh_row(int b, int T, const int32_t *targets, float *dce, double w) {
-    for (int t = 0; t < T; t++)
-        if (targets[(size_t)b * T + t] >= 0) dce[(size_t)b * T + t] += (float)w;
+/* Each scored token of row b weighted w more (alpha w after its first `shared`, as row_logp counts them). */
+static void weigh_row(int b, int T, const int32_t *targets, float *dce, double w, int shared, double alpha) {
+    for (int t = 0, n = 0; t < T; t++)
+        if (targets[(size_t)b * T + t] >= 0) dce[(size_t)b * T + t] += (float)(n++ < shared ? w : alpha * w);
 }
 
-/* The micro-batch's pairs' losses (their weights on the rows' tokens into dce), once every pair's log-ratios are known
- * (cr, rr; refd the reference's chosen less rejected; scored the rows' tokens): each pair's own kinds, then those that
- * sort the pairs together, then sft's mean over the chosen tokens; the statistics counted. */
-static double pairs_loss(dt_dpo *d, int pairs, int T, const int32_t *targets, const double *logp, const int *scored, double *cr, double *rr,
-                         double *refd, float *dce) {
+/* WPO's weight of row b: exp(the mean of log p_t - log sum_v p_v^2 over its scored tokens) (1 for a row of none). */
+static double wpo_weight(int b, int T, const dt_token_rows *r, int scored) {
+    double sum = 0;
+    for (size_t k = (size_t)b * T; k < (size_t)(b + 1) * T; k++)
+        if (r->targets[k] >= 0) sum -= (double)r->ce[k] + r->lsq[k];
+    return exp(sum / (scored > 0 ? scored : 1));
+}
+
+/* What a micro-batch's pairs are made of: each row's scored tokens and plain log-probability (sft's), each pair's
+ * shared length (LD-DPO's), chosen and rejected log-ratios, reference's chosen less rejected, and weight (WPO's, or 1). */
+typedef struct {
+    int pairs, *scored, *shared;
+    double *logp, *cr, *rr, *refd, *w;
+} pair_rows;
+
+/* The micro-batch's pairs' losses (their weights on the rows' tokens into dce), once every pair's log-ratios are known:
+ * each pair's own kinds (times its weight), then those that sort the pairs together, then sft's mean over the chosen
+ * tokens (times the pairs' mean weight); the statistics counted. */
+static double pairs_loss(dt_dpo *d, const pair_rows *pr, int T, const int32_t *targets, float *dce) {
     const dt_dpo_config *c = &d->cfg;
+    int pairs = pr->pairs, sft_n = 0;
     double *gc = calloc(2 * (size_t)pairs, sizeof(double)), *gr = gc ? gc + pairs : NULL, loss = 0, sft_ce = 0, sft_w = dt_dpo_sft_weight(c);
-    int sft_n = 0;
+    double alpha = c->ld ? c->ld_alpha : 1, wmean = 0;
     if (!gc) return NAN;
     for (int i = 0; i < pairs; i++) {
-        double L = dt_dpo_pair_loss(c, cr[i], rr[i], scored[2 * i], scored[2 * i + 1], &gc[i], &gr[i]);
-        double s[DT_DPO_NSTATS] = { 1, cr[i] > rr[i], c->beta * cr[i], c->beta * rr[i], L };
+        double cr = pr->cr[i], rr = pr->rr[i], w = pr->w[i];
+        double L = w * dt_dpo_pair_loss(c, cr, rr, pr->scored[2 * i], pr->scored[2 * i + 1], &gc[i], &gr[i]);
+        double s[DT_DPO_NSTATS] = { 1, cr > rr, c->beta * cr, c->beta * rr, L };
         for (int k = 0; k < DT_DPO_NSTATS; k++) d->stats[k] += s[k];
-        loss += L, sft_ce -= logp[2 * i], sft_n += scored[2 * i];
+        gc[i] *= w, gr[i] *= w;
+        loss += L, sft_ce -= pr->logp[2 * i], sft_n += pr->scored[2 * i], wmean += w / pairs;
     }
-    double batch = dt_dpo_batch_loss(c, pairs, cr, rr, refd, gc, gr); /* (aot's: the pairs sorted) */
+    double batch = dt_dpo_batch_loss(c, pairs, pr->cr, pr->rr, pr->refd, gc, gr); /* (aot's: the pairs sorted) */
     loss += batch, d->stats[DT_DPO_LOSS] += batch;
-    for (int i = 0; i < pairs; i++) weigh_row(2 * i, T, targets, dce, -gc[i] / pairs), weigh_row(2 * i + 1, T, targets, dce, -gr[i] / pairs);
+    for (int i = 0; i < pairs; i++) {
+        weigh_row(2 * i, T, targets, dce, -gc[i] / pairs, pr->shared[i], alpha);
+        weigh_row(2 * i + 1, T, targets, dce, -gr[i] / pairs, pr->shared[i], alpha);
+    }
     free(gc);
     loss /= pairs;
     if (sft_w != 0 && sft_n > 0) { /* the chosen completions' mean cross-entropy over the micro-batch's scored tokens */
-        for (int i = 0; i < pairs; i++) weigh_row(2 * i, T, targets, dce, sft_w / sft_n);
-        loss += sft_w * sft_ce / sft_n;
-        d->stats[DT_DPO_LOSS] += sft_w * sft_ce / sft_n * pairs;
+        double sw = sft_w * wmean;
+        for (int i = 0; i < pairs; i++) weigh_row(2 * i, T, targets, dce, sw / sft_n, INT_MAX, 1);
+        loss += sw * sft_ce / sft_n;
+        d->stats[DT_DPO_LOSS] += sw * sft_ce / sft_n * pairs;
     }
     return loss;
 }
 
-float dt_dpo_token_loss(void *ctx, int B, int T, const float *ce, const int32_t *targets, float *dce) {
+/* Row b's scored tokens. */
+static int row_scored(int b, int T, const int32_t *targets) {
+    int n = 0;
+    for (size_t k = (size_t)b * T; k < (size_t)(b + 1) * T; k++) n += targets[k] >= 0;
+    return n;
+}
+
+float dt_dpo_token_loss(void *ctx, const dt_token_rows *r, float *dce) {
     dt_dpo *d = ctx;
+    const dt_dpo_config *c = &d->cfg;
+    int B = r->B, T = r->T, pairs = B / 2;
     size_t row = d->head < d->nq ? d->queue[d->head++] : (size_t)-1;
-    int pairs = B / 2, *scored = malloc(sizeof(int) * (size_t)(B > 0 ? B : 1));
-    /* B rows' log-probabilities, then the pairs' chosen and rejected log-ratios and the reference's differences */
-    double *logp = malloc(sizeof(double) * (size_t)(B + 3 * pairs + 1));
-    bool known = scored && logp;
-    for (int b = 0; known && b < B; b++) { /* a row's gradient is its pair's weight on its scored tokens, 0 elsewhere */
-        logp[b] = row_logp(b, T, ce, targets, dce, &scored[b]);
-        known = row != (size_t)-1 && row + (size_t)b < d->nrows;
-        if (known && d->reference) d->ref[row + b] = logp[b], d->have[row + b] = true;
-        known = known && (d->reference || d->have[row + b]); /* never recorded: said by the NaN */
-    }
+    pair_rows pr = { .pairs = pairs, .scored = malloc(sizeof(int) * (size_t)(B + pairs + 1)),
+                     .logp = malloc(sizeof(double) * (size_t)(B + 4 * pairs + 1)) };
+    /* known: the rows are queued, recorded (or being recorded) and WPO's figures given where it needs them */
+    bool known = pr.scored && pr.logp && row != (size_t)-1 && row + (size_t)B <= d->nrows && !(c->wpo && !d->reference && !r->lsq);
     double loss = NAN;
-    if (known && d->reference) loss = 0;
-    else if (known) {
-        double *cr = logp + B, *rr = cr + pairs, *diff = rr + pairs;
-        for (int i = 0; i < pairs; i++) {
-            const double *ref = d->ref + row + 2 * i;
-            cr[i] = logp[2 * i] - ref[0], rr[i] = logp[2 * i + 1] - ref[1], diff[i] = ref[0] - ref[1];
+    memset(dce, 0, sizeof(float) * (size_t)B * (size_t)T);
+    if (known) {
+        pr.shared = pr.scored + B, pr.cr = pr.logp + B, pr.rr = pr.cr + pairs, pr.refd = pr.rr + pairs, pr.w = pr.refd + pairs;
+        for (int b = 0; b < B; b++) pr.scored[b] = row_scored(b, T, r->targets), pr.logp[b] = row_logp(b, T, r->ce, r->targets, INT_MAX, 1);
+        for (int i = 0; known && i < pairs; i++) {
+            int sc = pr.scored[2 * i], sr = pr.scored[2 * i + 1];
+            pr.shared[i] = c->ld ? (sc < sr ? sc : sr) : INT_MAX;
+            double alpha = c->ld ? c->ld_alpha : 1, lc = row_logp(2 * i, T, r->ce, r->targets, pr.shared[i], alpha),
+                   lr = row_logp(2 * i + 1, T, r->ce, r->targets, pr.shared[i], alpha);
+            double *ref = d->ref + row + 2 * i;
+            if (d->reference) ref[0] = lc, ref[1] = lr, d->have[row + 2 * i] = d->have[row + 2 * i + 1] = true;
+            known = d->have[row + 2 * i] && d->have[row + 2 * i + 1]; /* never recorded: said by the NaN */
+            pr.cr[i] = lc - ref[0], pr.rr[i] = lr - ref[1], pr.refd[i] = ref[0] - ref[1];
+            pr.w[i] = c->wpo && !d->reference ? wpo_weight(2 * i, T, r, sc) * wpo_weight(2 * i + 1, T, r, sr) : 1;
         }
-        loss = pairs_loss(d, pairs, T, targets, logp, scored, cr, rr, diff, dce);
     }
-    free(scored), free(logp);
+    if (known) loss = d->reference ? 0 : pairs_loss(d, &pr, T, r->targets, dce);
+    free(pr.scored), free(pr.logp);
     return (float)loss; /* (NaN: no rows queued, a row beyond them or not recorded: a caller's mistake, made visible) */
 }

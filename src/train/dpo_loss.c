@@ -62,6 +62,9 @@ dt_status dt_dpo_config_resolve(dt_dpo_config *c) {
     if (c->discopop_tau == 0) c->discopop_tau = 0.05;
     if (!(c->discopop_tau > 0)) return dt_error(DT_ERR_ARG, "--dpo-discopop-tau %g: a positive number (TRL's 0.05)", c->discopop_tau);
     if (c->f_alpha == 0) c->f_alpha = 0.5;
+    if (c->ld && !(c->ld_alpha >= 0 && c->ld_alpha <= 1))
+        return dt_error(DT_ERR_ARG, "--dpo-ld-alpha %g: LD-DPO's alpha lies in [0, 1] (1: plain DPO; 0: the tokens beyond the shorter "
+                        "completion left out)", c->ld_alpha);
     double e = c->label_smoothing;
     for (int i = 0; i < c->nloss; i++) {
         dt_dpo_kind k = c->loss[i];
@@ -69,6 +72,9 @@ dt_status dt_dpo_config_resolve(dt_dpo_config *c) {
             return dt_error(DT_ERR_ARG, "--dpo-label-smoothing %g: robust's flip probability lies in [0, 0.5)", e);
         if (k == DT_DPO_EXO_PAIR && !(e > 0 && e < 1))
             return dt_error(DT_ERR_ARG, "--dpo-label-smoothing %g: exo_pair's epsilon lies in (0, 1) (the EXO paper's 1e-3)", e);
+        if (c->wpo && (k == DT_DPO_AOT || k == DT_DPO_AOT_UNPAIRED))
+            return dt_error(DT_ERR_ARG, "--dpo-wpo with --dpo-loss %s: its pairs are sorted across the micro-batch, so no loss is a pair's "
+                            "to weigh (as TRL refuses)", kinds[k]);
         if (c->divergence != DT_DPO_REVERSE_KL && !on_difference(k))
             return dt_error(DT_ERR_ARG, "--dpo-f-divergence %s: %s has no form under it (sigmoid, sigmoid_norm, hinge, ipo, exo_pair, "
                             "robust, discopop and sft have)", divergences[c->divergence], kinds[k]);
@@ -93,6 +99,8 @@ void dt_dpo_config_describe(const dt_dpo_config *c, char *buf, size_t cap) {
         }
     for (int i = 0; i < c->nloss && n < cap; i++)
         if (c->loss[i] == DT_DPO_DISCOPOP) n += (size_t)snprintf(buf + n, cap - n, ", tau %g", c->discopop_tau);
+    if (n < cap && c->ld) n += (size_t)snprintf(buf + n, cap - n, ", ld_alpha %g", c->ld_alpha);
+    if (n < cap && c->wpo) n += (size_t)snprintf(buf + n, cap - n, ", WPO's weights");
 }
 
 double dt_dpo_sft_weight(const dt_dpo_config *c) {

@@ -14,7 +14,8 @@ static dt_status check(const run *r) {
     const dt_dpo_config *o = &c->dpo;
     const char *flag = o->beta > 0 ? "--dpo-beta" : o->nloss ? "--dpo-loss" : o->nweights ? "--dpo-loss-weights"
                      : o->label_smoothing > 0 ? "--dpo-label-smoothing" : o->discopop_tau > 0 ? "--dpo-discopop-tau"
-                     : o->divergence != DT_DPO_REVERSE_KL ? "--dpo-f-divergence" : o->f_alpha > 0 ? "--dpo-f-alpha" : NULL;
+                     : o->divergence != DT_DPO_REVERSE_KL ? "--dpo-f-divergence" : o->f_alpha > 0 ? "--dpo-f-alpha" : o->ld ? "--dpo-ld-alpha"
+                     : o->wpo ? "--dpo-wpo" : NULL;
     if (!pairs && flag) return dt_error(DT_ERR_ARG, "%s: --data %s holds no preference pairs ({\"prompt\", \"chosen\", \"rejected\"})", flag, c->data);
     if (r->sft_val && pairs != val_pairs)
         return dt_error(DT_ERR_ARG, "--val-data %s holds %s, --data %s %s", c->val_data, val_pairs ? "preference pairs" : "examples", c->data,
@@ -43,7 +44,7 @@ dt_status dt_train_setup_dpo(run *r) {
     size_t rows = dt_sft_rows(r->sft) + (r->sft_val ? dt_sft_rows(r->sft_val) : 0);
     dt_program *p = dt_gpt2_program(r->m);
     if ((st = dt_dpo_create(&c->dpo, rows, &r->dpo))) return st;
-    if ((st = dt_program_set_token_loss(p, dt_dpo_token_loss, r->dpo))) return dt_error(st, "--data %s: %s", c->data, dt_last_error());
+    if ((st = dt_program_set_token_loss(p, dt_dpo_token_loss, r->dpo, c->dpo.wpo))) return dt_error(st, "--data %s: %s", c->data, dt_last_error());
     double t0 = dt_time_now();
     dt_dpo_set_reference(r->dpo, true);
     dt_program_set_lora_enabled(p, false);

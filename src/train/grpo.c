@@ -199,8 +199,11 @@ static double row_loss(dt_grpo *g, int i, int T, const float *ce, const int32_t 
     return loss;
 }
 
-float dt_grpo_token_loss(void *ctx, int B, int T, const float *ce, const int32_t *targets, float *dce) {
+float dt_grpo_token_loss(void *ctx, const dt_token_rows *r, float *dce) {
     dt_grpo *g = ctx;
+    int B = r->B, T = r->T;
+    const float *ce = r->ce;
+    const int32_t *targets = r->targets;
     int row0 = g->cursor, mb = 0;
     g->cursor += B;
     if (row0 + B > g->rows || T != g->T) return NAN; /* more rows than the rollout has: a caller's mistake, made visible */
