@@ -17,7 +17,7 @@ Writes tests/fixtures/grpo/:
                         "tools.*" loss dapo with "tool_mask" [R, C] (a tool's results inside the longer completions,
                         their tokens 0: TRL's tool_mask, taken out of the loss and of its token count)
   losses.safetensors  TRL's other loss settings (CASES: epsilon_high, delta, sequence-level ratios, bnpo, cispo, sapo,
-                      luspo), each from pi_old's log-probabilities: "<k>.loss", "<k>.grad.<name>" of two tensors,
+                      luspo, temperature, top_entropy_quantile), each from pi_old's log-probabilities: "<k>.loss", "<k>.grad.<name>" of two tensors,
                       "<k>.ratio"; "adv_batch" and "adv_none" (scale_rewards "batch" and "none"); the cases in its
                       metadata (`make_grpo_fixtures.py cases` writes it alone, from the three models' files)
 Every prompt has the same length: TRL left-pads prompts and Llama then reads positions shifted by the padding (the
@@ -50,7 +50,7 @@ def trainer_for(policy, ref, tok, loss_type, tmp, **extra):
     # and given BETA after: _compute_loss reads self.beta, and the reference's log-probabilities come in the inputs
     args = GRPOConfig(output_dir=os.path.join(tmp, loss_type), beta=0.0, loss_type=loss_type, num_generations=G,
                       per_device_train_batch_size=G * PROMPTS, max_completion_length=MAXC, report_to=[], use_cpu=True,
-                      bf16=False, temperature=1.0, **extra)
+                      bf16=False, **{"temperature": 1.0, **extra})
     data = Dataset.from_list([{"prompt": "x"}] * (G * PROMPTS))
     tr = GRPOTrainer(model=policy, reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=args,
                      train_dataset=data, processing_class=tok)
@@ -153,6 +153,11 @@ CASES = [
     {"loss_type": "grpo", "importance_sampling_level": "sequence", "use_bias_correction_kl": False},
     {"loss_type": "bnpo"}, {"loss_type": "cispo", "epsilon_high": 1.2}, {"loss_type": "sapo"},
     {"loss_type": "luspo", "importance_sampling_level": "sequence"},
+    # the log-probabilities at the sampling temperature (the reference's and pi_old's too); the policy term of the
+    # tokens in the top quantile by entropy (at that temperature)
+    {"loss_type": "dapo", "temperature": 0.7}, {"loss_type": "dapo", "top_entropy_quantile": 0.5},
+    {"loss_type": "grpo", "temperature": 1.3, "top_entropy_quantile": 0.2, "epsilon_high": 0.28},
+    {"loss_type": "dapo", "importance_sampling_level": "sequence", "top_entropy_quantile": 0.0},
 ]
 CASE_GRADS = ["model.norm.weight", "model.layers.1.mlp.down_proj.weight"]
 
@@ -186,6 +191,8 @@ def loss_cases():
         for k, case in enumerate(CASES):
             extra = {key: v for key, v in case.items() if key not in ("loss_type", "tools")}
             tr = trainer_for(policy, models["ref"], tok, case["loss_type"], os.path.join(tmp, str(k)), **extra)
+            for name in ("ref", "old"):  # their log-probabilities at the case's temperature, as the trainer's
+                add_fused_lm_head(models[name], temperature=tr.temperature)
             inputs = {"prompt_ids": prompts, "prompt_mask": torch.ones_like(prompts), "completion_ids": completion,
                       "completion_mask": mask, "advantages": advantages, "num_items_in_batch": mask.sum()}
             if case.get("tools"):

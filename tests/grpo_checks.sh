@@ -4,7 +4,7 @@
 # with 2 micro-batches, DDP 2 and ZeRO-2 on 2 ranks (the rollouts are drawn from each prompt's place in the stream,
 # so every layout decodes the same completions); step 1's KL is 0 (the reference is the starting model); a reward
 # program answering what the rule answers trains the same; a second iteration over a rollout reuses its rewards;
-# the reward rises over 40 steps; TRL's other settings on DDP 2; tool calls run by a program (--grpo-tools) on a model fine-tuned to call; and what
+# the reward rises over 40 steps; TRL's other settings on DDP 2 (the entropy quantile over every rank's tokens); tool calls run by a program (--grpo-tools) on a model fine-tuned to call; and what
 # cannot be is refused before any step.
 # usage: grpo_checks.sh DTRAIN
 set -u
@@ -63,6 +63,12 @@ grep -q "epsilon 0.2, epsilon_high 0.28, a ratio a completion (GSPO), rewards sc
 run_metrics topp --batch 16 --steps 10 --top-p 0.5 && run_metrics toppddp --batch 8 --nproc 2 --steps 10 --top-p 0.5 &&
     alike "--top-p 0.5 (the nucleus TRL's top_p samples): DDP 2" topp toppddp apart
 grep -q "temperature 1, top-p 0.5)" "$dir/topp.out" || fail "--top-p's start line: $(grep -m1 '^GRPO' "$dir/topp.out")"
+# the entropy quantile reads every rank's micro-batch together (TRL's gather): DDP 2 as one process, at a temperature
+ent=(--steps 10 --temperature 0.7 --grpo-top-entropy-quantile 0.5)
+run_metrics ent --batch 16 "${ent[@]}" && run_metrics entddp --batch 8 --nproc 2 "${ent[@]}" &&
+    alike "--grpo-top-entropy-quantile 0.5 at --temperature 0.7: DDP 2" ent entddp apart
+grep -q "temperature 0.7), .*, the policy term of the top 0.5 of tokens by entropy" "$dir/ent.out" ||
+    fail "the entropy quantile's start line: $(grep -m1 '^GRPO' "$dir/ent.out")"
 run_metrics bnpo --batch 8 --grad-accum 2 --steps 10 --grpo-loss bnpo && run_metrics bnpoddp --batch 8 --nproc 2 --steps 10 --grpo-loss bnpo &&
     alike "--grpo-loss bnpo: DDP 2 against 2 micro-batches (every completion here 16 tokens: dapo's too)" bnpo bnpoddp
 run_metrics trunc --batch 16 --steps 3 --grpo-mask-truncated

@@ -99,8 +99,8 @@ static void check_kind(const char *dir, dt_grpo_loss kind, const char *prefix, c
     dt_status st = dt_program_create(&cfg, &p);
     if (!st) st = dt_program_create(&cfg, &ref);
     if (!st) st = dt_grpo_create(&gc, R, T, &g);
-    if (!st) st = dt_program_set_token_loss(p, dt_grpo_token_loss, g, false);
-    if (!st) st = dt_program_set_token_loss(ref, dt_grpo_token_loss, g, false);
+    if (!st) st = dt_grpo_attach(g, p);
+    if (!st) st = dt_grpo_attach(g, ref);
     if (!st) st = load(ref, dir, "ref");
     if (!st) dt_grpo_begin(g, adv, 1.0 / ntokens), dt_grpo_restart(g, DT_GRPO_RECORD_REF), st = pass(ref, 0, R, 0, &ignored);
     if (!st && !strcmp(prefix, "dapo")) check_reference(g);
@@ -173,6 +173,9 @@ static void case_config(const cJSON *o, dt_grpo_config *gc, bool *tools) {
     if (!isnan(eps)) gc->epsilon = eps;
     if (!isnan(hi)) gc->epsilon_high = hi;
     if (!isnan(delta)) gc->delta = delta;
+    double temp = fixture_number(o, "temperature"), q = fixture_number(o, "top_entropy_quantile");
+    if (!isnan(temp)) gc->temperature = (float)temp;
+    if (!isnan(q)) gc->top_entropy = q;
     *tools = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "tools"));
 }
 
@@ -203,8 +206,8 @@ static void check_cases(const char *dir) {
         case_config(c, &gc, &tools);
         if (!st) st = rows(tools);
         if (!st) st = dt_grpo_create(&gc, R, T, &g);
-        if (!st) st = dt_program_set_token_loss(p, dt_grpo_token_loss, g, false);
-        if (!st) st = dt_program_set_token_loss(ref, dt_grpo_token_loss, g, false);
+        if (!st) st = dt_grpo_attach(g, p);
+        if (!st) st = dt_grpo_attach(g, ref);
         if (!st) dt_grpo_begin(g, adv, 1.0 / ntokens), dt_grpo_restart(g, DT_GRPO_RECORD_REF), st = pass(ref, 0, R, 0, &ignored);
         if (!st && !(st = load(p, dir, "old"))) dt_grpo_restart(g, DT_GRPO_RECORD_OLD), st = pass(p, 0, R, 0, &ignored);
         if (!st) st = load(p, dir, "policy");
@@ -232,9 +235,9 @@ static void check_cases(const char *dir) {
         dt_grpo_destroy(g);
         k++;
     }
-    snprintf(what, sizeof what, "%d more settings (epsilon_high, delta, sequence ratios, bnpo, cispo, sapo, luspo): TRL's loss, gradients, clip ratio", k);
+    snprintf(what, sizeof what, "%d more settings (epsilon_high, delta, sequence ratios, bnpo, cispo, sapo, luspo, temperature, entropy quantile): TRL's loss, gradients, clip ratio", k);
     snprintf(detail, sizeof detail, "worst loss %.1e (%s), gradients %.1e (%s), clip ratio %.1e (%s)", wl, worst_l, wg, worst_g, wr, worst_r);
-    if (!st) check(what, k >= 9 && wl <= 1e-5 && wg <= 1e-5 && wr <= 1e-6, detail);
+    if (!st) check(what, k >= 13 && wl <= 1e-5 && wg <= 1e-5 && wr <= 1e-6, detail);
     else printf("FAIL grpo cases: %s\n", dt_last_error()), failed++;
     /* scale_rewards "batch" (the whole batch's standard deviation) and "none" */
     float rewards[R], want[R], got[R];

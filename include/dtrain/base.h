@@ -64,6 +64,9 @@ bool dt_others_busy(double busy0, double cpu0, double seconds);
 /* The median of v[0..n) (sorted in place: its middle element, or for n even the mean of the two middle ones, so that
  * two rounds give their mean rather than the better one). */
 double dt_median(double *v, size_t n);
+/* The q quantile of v[0..n) (sorted in place) by linear interpolation between the two values around q (n - 1), as
+ * torch.quantile's default; 0 for none. */
+double dt_quantile(double *v, size_t n, double q);
 
 /* The trace recorder (obs writes what it holds as Chrome trace-event JSON).
  * Off, a trace point is one relaxed load and a branch; on, a begin or end is

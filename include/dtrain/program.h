@@ -101,6 +101,9 @@ typedef struct {
 } dt_token_rows;
 typedef float (*dt_token_loss_fn)(void *ctx, const dt_token_rows *r, float *dce);
 dt_status dt_program_set_token_loss(dt_program *p, dt_token_loss_fn fn, void *ctx, bool stats);
+/* The logits divided by t before the loss (and its gradient through the division): the log-probabilities of sampling at
+ * temperature t, which TRL's GRPOTrainer trains on; t 1 (the default): as they are. An error for t not above 0. */
+dt_status dt_program_set_logit_temperature(dt_program *p, float t);
 dt_status dt_program_forward(dt_program *p, const int32_t *inputs, const int32_t *targets, int B, int T, float *loss);
 /* Forward over units [a, b) of one held range: from the tokens (a == 0) or from x, the residual stream [B, T, C]
  * entering unit a; targets (and the loss) only when the range ends with the head. A range that ends before the

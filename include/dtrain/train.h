@@ -49,7 +49,10 @@ typedef struct {
     dt_grpo_scale scale;      /* --grpo-scale-rewards group (TRL's default), batch or none */
     int mask_truncated;       /* --grpo-mask-truncated: a completion that did not end is left out of the loss */
     double sapo_pos, sapo_neg; /* sapo's temperatures for positive and other advantages (0: TRL's 1 and 1.05) */
-    float temperature;        /* the sampling's (1) */
+    float temperature;        /* the sampling's (1), the loss's log-probabilities' too (TRL's) */
+    double top_entropy;       /* --grpo-top-entropy-quantile Q (TRL's top_entropy_quantile; 1: off): the policy term of
+                               * only the micro-batch's (every rank's) tokens whose entropy is in its top Q (Wang et al.
+                               * 2025, "80/20"): at or above the (1 - Q) quantile */
     dt_grpo_loss loss;        /* --grpo-loss (dapo, TRL's default) */
     int plain_kl;             /* --grpo-kl plain: the KL term not times the ratio (TRL's use_bias_correction_kl=False) */
     const char *tools;        /* --grpo-tools cmd:COMMAND: runs the tools a completion calls, which then goes on (NULL: none) */
@@ -453,6 +456,11 @@ void dt_grpo_restart(dt_grpo *g, int mode);
 void dt_grpo_stats(dt_grpo *g, double out[DT_GRPO_NSTATS], bool clear);
 const float *dt_grpo_reference(const dt_grpo *g); /* [rows * T]: each target's reference log-probability */
 float dt_grpo_token_loss(void *ctx, const dt_token_rows *r, float *dce);
+/* p's loss made g's (its token loss), over its logits at the sampling temperature (TRL's: its log-probabilities are
+ * of the distribution the completions were drawn from); the policy's and the reference's programs alike. */
+dt_status dt_grpo_attach(dt_grpo *g, dt_program *p);
+/* The ranks whose micro-batches an entropy quantile reads together (TRL gathers them; NULL, the default: this one). */
+void dt_grpo_set_comm(dt_grpo *g, dt_comm *c);
 
 /* A completion's reward (train/reward.c), from --reward SPEC: contains:WORD (1 when the completion holds WORD, else
  * 0), count:WORD (how many times), or cmd:COMMAND, a program started once (sh -c) that reads one JSON line a

@@ -224,6 +224,7 @@ struct dt_program {
     dt_token_loss_fn token_loss; /* dt_program_set_token_loss (NULL: the mean cross-entropy) */
     void *token_loss_ctx;
     bool token_stats;            /* the token loss asked for the rows' entropies and log sum p^2 */
+    float logit_inv_temp;        /* dt_program_set_logit_temperature's 1 / t (0: none) */
     bool lora_off;             /* dt_program_set_lora_enabled(p, false): forward as the base alone */
     const int32_t *pos_src;    /* dt_program_set_positions: read by each micro-batch's forward (NULL: 0..T-1) */
     const uint64_t *key_src;   /* dt_program_set_row_keys: read likewise (NULL: no dropout, as in evaluation) */

@@ -10,6 +10,7 @@
  * q|k|v of all heads (a K/V head repeated for the heads that share it), kept for backward. */
 #include "program_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -497,6 +498,17 @@ static void trace_unit(const dt_program *p, const char *pass, int u) {
 
 static void unit_end(void) { DT_TRACE_END(DT_TRACK_SELF); }
 
+/* The logits times x (a temperature's 1 / t), a row at a time where they are 16-bit (rounded again). */
+static void scale_logits(dt_program *p, int BT, float x) {
+    size_t n = (size_t)p->Vl;
+    for (int i = 0; i < BT; i++) {
+        float *row = p->prec == DT_F32 ? p->s->logits + i * n : p->lp_work;
+        if (p->prec != DT_F32) dt_lp_unpack(row, (const uint16_t *)p->s->logits + i * n, n, p->prec);
+        for (size_t v = 0; v < n; v++) row[v] *= x;
+        if (p->prec != DT_F32) dt_lp_pack((uint16_t *)p->s->logits + i * n, row, n, p->prec);
+    }
+}
+
 static void head_forward(dt_program *p, const int32_t *targets, float *loss) {
     program_slot *s = p->s;
     int L = p->cfg.num_layers, BT = s->B * s->T, C = p->cfg.channels, R = (int)dt_program_rows(p, -1);
@@ -511,6 +523,7 @@ static void head_forward(dt_program *p, const int32_t *targets, float *loss) {
     size_t ho = p->tab[p->i_head].offset;
     if (p->prec == DT_F32) dt_matmul_forward(s->logits, lnf, p->params + ho, NULL, BT, C, p->Vl);
     else dt_matmul_forward_lp16((uint16_t *)s->logits, lnf, p->params_lp + ho, BT, C, p->Vl, p->prec, p->lp_work, p->lp_work_floats);
+    if (p->logit_inv_temp > 0) scale_logits(p, BT, p->logit_inv_temp);
     if (targets) {
         memcpy(s->targets, targets, (size_t)BT * sizeof(int32_t));
         /* the mean over the scored tokens: this micro-batch's, or the count the caller gives (the global batch's share) */
@@ -854,6 +867,7 @@ static void head_backward(dt_program *p, float *dres, float grad_scale) {
     int L = p->cfg.num_layers, C = p->cfg.channels, BT = s->B * s->T;
     size_t BTC = (size_t)BT * C, RC = dt_program_rows(p, -1) * (size_t)C;
     float dscale = (float)(grad_scale / s->loss_tokens), *dw = p->split_bwd || p->lora ? NULL : p->grads + p->tab[p->i_head].offset;
+    if (p->logit_inv_temp > 0) dscale *= p->logit_inv_temp; /* the logits were divided by a temperature */
     dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_BACKWARD, L + 1);
     dt_program_lp_cast(p, L + 1, true);
     trace_unit(p, "backward", L + 1);
@@ -997,6 +1011,12 @@ dt_status dt_program_set_positions(dt_program *p, const int32_t *pos) {
     if (pos && p->part.cp_size > 1)
         return dt_error(DT_ERR_UNSUPPORTED, "packed documents are not with --cp %d: a rank holds parts of each sequence", p->part.cp_size);
     p->pos_src = pos;
+    return DT_OK;
+}
+
+dt_status dt_program_set_logit_temperature(dt_program *p, float t) {
+    if (!(t > 0) || !isfinite(t)) return dt_error(DT_ERR_ARG, "a temperature of %g: a positive number", (double)t);
+    p->logit_inv_temp = t == 1 ? 0 : 1 / t;
     return DT_OK;
 }
 

@@ -36,11 +36,13 @@ struct dt_grpo {
     int cursor;
     int mode;           /* DT_GRPO_TRAIN, DT_GRPO_RECORD_OLD or DT_GRPO_RECORD_REF */
     double token_scale; /* dapo's weight of every token */
+    dt_comm *comm;      /* the ranks an entropy quantile gathers (NULL: this one) */
     double stats[DT_GRPO_NSTATS];
 };
 
 void dt_grpo_defaults(dt_grpo_config *c) {
-    *c = (dt_grpo_config){ .group = 8, .iterations = 1, .beta = 0.04, .epsilon = 0.2, .temperature = 1.0f, .loss = DT_GRPO_LOSS_DAPO };
+    *c = (dt_grpo_config){ .group = 8, .iterations = 1, .beta = 0.04, .epsilon = 0.2, .temperature = 1.0f, .top_entropy = 1,
+                           .loss = DT_GRPO_LOSS_DAPO };
 }
 
 static const char *const loss_names[DT_GRPO_NLOSSES] = { "dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo" };
@@ -169,7 +171,8 @@ static double kl_term(dt_grpo *g, double lp, double ref, double lr, double *dr, 
 
 /* Row b of a micro-batch (its targets tg, cross-entropies ce, weights out into dce; global row i): recorded, or its
  * loss (the weights w of its n scored tokens) returned. */
-static double row_loss(dt_grpo *g, int i, int T, const float *ce, const int32_t *tg, float *dce, double w, int n) {
+static double row_loss(dt_grpo *g, int i, int T, const float *ce, const int32_t *tg, const float *ent, double thr, float *dce, double w,
+                       int n) {
     size_t at = (size_t)i * (size_t)T;
     double A = g->adv[i], loss = 0, seq = 0, through = 0; /* through: the row's sum of dl/dlog r (sequence level) */
     for (int t = 0; t < T; t++) {
@@ -185,7 +188,9 @@ static double row_loss(dt_grpo *g, int i, int T, const float *ce, const int32_t 
     for (int t = 0; t < T; t++) {
         if (tg[t] == DT_IGNORE_INDEX) continue;
         double lp = -(double)ce[t], lr = g->c.sequence ? seq : g->mode == DT_GRPO_RECORD_OLD ? 0 : lp - g->old[at + t], dr, dlp;
-        loss += w * (policy_term(g, lr, lp, A, &dr, &dlp, &clipped) + kl_term(g, lp, g->ref[at + t], lr, &dr, &dlp));
+        double pt = policy_term(g, lr, lp, A, &dr, &dlp, &clipped);
+        if (ent && !(ent[t] >= thr)) pt = dr = dlp = 0; /* a token below the entropy quantile: its KL term alone */
+        loss += w * (pt + kl_term(g, lp, g->ref[at + t], lr, &dr, &dlp));
         if (!g->c.sequence) dlp += dr, g->stats[DT_GRPO_CLIPPED] += clipped, g->stats[DT_GRPO_CLIP_UNITS] += 1;
         else through += dr;
         dce[t] = (float)(-dlp * w);
@@ -199,6 +204,27 @@ static double row_loss(dt_grpo *g, int i, int T, const float *ce, const int32_t 
     return loss;
 }
 
+void dt_grpo_set_comm(dt_grpo *g, dt_comm *c) { g->comm = c; }
+
+dt_status dt_grpo_attach(dt_grpo *g, dt_program *p) {
+    dt_status st = dt_program_set_token_loss(p, dt_grpo_token_loss, g, g->c.top_entropy < 1);
+    return st ? st : dt_program_set_logit_temperature(p, g->c.temperature > 0 ? g->c.temperature : 1.0f);
+}
+
+/* The (1 - top_entropy) quantile of the scored tokens' entropies of a micro-batch (every rank's of g's comm), by
+ * torch.quantile's linear interpolation; +inf where there are none (no token's policy term counts); NaN: failed. */
+static double entropy_threshold(dt_grpo *g, const dt_token_rows *r) {
+    size_t n = 0, total = 0, BT = (size_t)r->B * (size_t)r->T;
+    double *mine = malloc(sizeof(double) * (BT + 1)), *all = NULL;
+    for (size_t k = 0; mine && k < BT; k++)
+        if (r->targets[k] != DT_IGNORE_INDEX) mine[n++] = r->entropy[k];
+    dt_status st = mine ? dt_comm_allgatherv_alloc(g->comm, mine, n, DT_F64, (void **)&all, &total) : DT_ERR_NOMEM;
+    free(mine);
+    double thr = st ? NAN : total ? dt_quantile(all, total, 1 - g->c.top_entropy) : INFINITY;
+    free(all);
+    return thr;
+}
+
 float dt_grpo_token_loss(void *ctx, const dt_token_rows *r, float *dce) {
     dt_grpo *g = ctx;
     int B = r->B, T = r->T;
@@ -208,12 +234,14 @@ float dt_grpo_token_loss(void *ctx, const dt_token_rows *r, float *dce) {
     g->cursor += B;
     if (row0 + B > g->rows || T != g->T) return NAN; /* more rows than the rollout has: a caller's mistake, made visible */
     for (size_t k = 0; k < (size_t)B * (size_t)T; k++) mb += targets[k] != DT_IGNORE_INDEX, dce[k] = 0;
-    double loss = 0;
+    bool masked = g->c.top_entropy < 1 && g->mode != DT_GRPO_RECORD_REF; /* (the reference's pass trains nothing) */
+    double loss = 0, thr = masked && r->entropy ? entropy_threshold(g, r) : NAN;
+    if (masked && isnan(thr)) return NAN; /* no entropies asked for, or the gather failed: made visible */
     for (int b = 0; b < B; b++) {
         size_t in = (size_t)b * (size_t)T;
         int n = 0;
         for (int t = 0; t < T; t++) n += targets[in + t] != DT_IGNORE_INDEX;
-        loss += row_loss(g, row0 + b, T, ce + in, targets + in, dce + in, token_weight(g, n, B, mb), n);
+        loss += row_loss(g, row0 + b, T, ce + in, targets + in, masked ? r->entropy + in : NULL, thr, dce + in, token_weight(g, n, B, mb), n);
     }
     return g->mode == DT_GRPO_RECORD_REF ? 0 : (float)loss;
 }

@@ -73,7 +73,7 @@ static dt_status make_reference(run *r, dt_grpo_run *gr) {
     dt_status st = dt_gpt2_create_part(&cfg, &whole, &gr->ref);
     if (!st) st = dt_gpt2_copy_slices(r->m, gr->ref);
     if (!st) st = dt_gpt2_set_precision(gr->ref, r->c.precision); /* the policy's arithmetic: the KL starts at 0 in 16 bits too */
-    if (!st) st = dt_program_set_token_loss(dt_gpt2_program(gr->ref), dt_grpo_token_loss, gr->g, false);
+    if (!st) st = dt_grpo_attach(gr->g, dt_gpt2_program(gr->ref));
     return st ? dt_error(st, "GRPO's reference: %s", dt_last_error()) : DT_OK;
 }
 
@@ -120,7 +120,8 @@ static void settings_text(const dt_grpo_config *g, char *more, size_t cap) {
     if (n < cap && g->sequence) n += (size_t)snprintf(more + n, cap - n, ", a ratio a completion (GSPO)");
     if (n < cap && g->scale != DT_GRPO_SCALE_GROUP)
         n += (size_t)snprintf(more + n, cap - n, ", rewards scaled by %s", g->scale == DT_GRPO_SCALE_BATCH ? "the batch" : "nothing");
-    if (n < cap && g->mask_truncated) snprintf(more + n, cap - n, ", truncated completions left out");
+    if (n < cap && g->mask_truncated) n += (size_t)snprintf(more + n, cap - n, ", truncated completions left out");
+    if (n < cap && g->top_entropy < 1) snprintf(more + n, cap - n, ", the policy term of the top %g of tokens by entropy", g->top_entropy);
 }
 
 /* The run's start lines: what trains, and with tools how they run. */
@@ -174,7 +175,8 @@ dt_status dt_train_setup_grpo(run *r) {
     }
     if (!st && !(st = dt_grpo_create(&c->grpo, gr->rows, gr->T, &gr->g)) &&
         !(st = alloc_rows(gr)))
-        st = dt_program_set_token_loss(dt_gpt2_program(r->m), dt_grpo_token_loss, gr->g, false);
+        st = dt_grpo_attach(gr->g, dt_gpt2_program(r->m));
+    if (!st) dt_grpo_set_comm(gr->g, r->nranks > 1 ? r->w : NULL); /* (data parallelism alone: the world's ranks) */
     if (!st && c->grpo.beta > 0) st = make_reference(r, gr);
     if (!st && r->rank == 0 && !c->quiet) say_setup(r, gr);
     return st;
