@@ -17,7 +17,7 @@ Writes tests/fixtures/grpo/:
                         "tools.*" loss dapo with "tool_mask" [R, C] (a tool's results inside the longer completions,
                         their tokens 0: TRL's tool_mask, taken out of the loss and of its token count)
   losses.safetensors  TRL's other loss settings (CASES: epsilon_high, delta, sequence-level ratios, bnpo, cispo, sapo,
-                      luspo, temperature, top_entropy_quantile), each from pi_old's log-probabilities: "<k>.loss", "<k>.grad.<name>" of two tensors,
+                      luspo, temperature, top_entropy_quantile, entropy_coef), each from pi_old's log-probabilities: "<k>.loss", "<k>.grad.<name>" of two tensors,
                       "<k>.ratio"; "adv_batch" and "adv_none" (scale_rewards "batch" and "none"); the cases in its
                       metadata (`make_grpo_fixtures.py cases` writes it alone, from the three models' files)
 Every prompt has the same length: TRL left-pads prompts and Llama then reads positions shifted by the padding (the
@@ -158,6 +158,9 @@ CASES = [
     {"loss_type": "dapo", "temperature": 0.7}, {"loss_type": "dapo", "top_entropy_quantile": 0.5},
     {"loss_type": "grpo", "temperature": 1.3, "top_entropy_quantile": 0.2, "epsilon_high": 0.28},
     {"loss_type": "dapo", "importance_sampling_level": "sequence", "top_entropy_quantile": 0.0},
+    # the entropy bonus (its gradient through the whole distribution), alone and over the quantile's tokens
+    {"loss_type": "dapo", "entropy_coef": 0.1},
+    {"loss_type": "grpo", "entropy_coef": 0.05, "top_entropy_quantile": 0.5, "temperature": 0.8},
 ]
 CASE_GRADS = ["model.norm.weight", "model.layers.1.mlp.down_proj.weight"]
 

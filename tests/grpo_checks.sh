@@ -37,10 +37,10 @@ grep -q "GRPO: 40 prompts from .*prompts.txt, 4 completions each (of at most 16 
     ok "the start line says what trains ($(grep -m1 "^GRPO" "$dir/ref.out" | cut -c1-100)...)" || fail "start line: $(grep -m1 GRPO "$dir/ref.out")"
 grep -q '^  step 1, prompt .*: completion "' "$dir/ref.out" && grep -q '^  step 10, prompt .*: completion "' "$dir/ref.out" &&
     ok "the first and the last rollouts' first completions are shown" || fail "completions shown: $(grep '^  step' "$dir/ref.out")"
-for f in reward reward_std kl completion_len clip_ratio frac_reward_zero_std rollout_s rollout_tok_per_s; do
+for f in reward reward_std kl entropy completion_len clip_ratio frac_reward_zero_std rollout_s rollout_tok_per_s; do
     [ "$(field $f "$dir/ref.jsonl" | wc -l)" = 10 ] || fail "metrics: $f missing"
 done
-ok "the metrics carry reward, reward_std, kl, completion_len, clip_ratio, frac_reward_zero_std, rollout_s, rollout_tok_per_s"
+ok "the metrics carry reward, reward_std, kl, entropy, completion_len, clip_ratio, frac_reward_zero_std, rollout_s, rollout_tok_per_s"
 run_metrics acc --batch 8 --grad-accum 2 --steps 10 && same "2 micro-batches of 8" acc
 run_metrics ddp --batch 8 --nproc 2 --steps 10 && same "DDP 2" ddp
 run_metrics z2 --batch 8 --nproc 2 --zero 2 --steps 10 && same "ZeRO-2 on 2 ranks" z2
@@ -69,6 +69,13 @@ run_metrics ent --batch 16 "${ent[@]}" && run_metrics entddp --batch 8 --nproc 2
     alike "--grpo-top-entropy-quantile 0.5 at --temperature 0.7: DDP 2" ent entddp apart
 grep -q "temperature 0.7), .*, the policy term of the top 0.5 of tokens by entropy" "$dir/ent.out" ||
     fail "the entropy quantile's start line: $(grep -m1 '^GRPO' "$dir/ent.out")"
+# the entropy bonus is a micro-batch's mean (TRL's per device): DDP 2 as 2 micro-batches; it raises the entropy
+run_metrics bonus --batch 8 --grad-accum 2 --steps 10 --grpo-entropy-coef 2 &&
+    run_metrics bonusddp --batch 8 --nproc 2 --steps 10 --grpo-entropy-coef 2 &&
+    alike "--grpo-entropy-coef 2: DDP 2 against 2 micro-batches" bonus bonusddp apart
+e0=$(field entropy "$dir/acc.jsonl" | tail -1) e1=$(field entropy "$dir/bonus.jsonl" | tail -1)
+awk "BEGIN{exit !($e1 > $e0)}" && ok "the bonus keeps the entropy higher: step 10's $e1 against $e0 without it" ||
+    fail "the entropy bonus: step 10's entropy $e1 against $e0 without it"
 run_metrics bnpo --batch 8 --grad-accum 2 --steps 10 --grpo-loss bnpo && run_metrics bnpoddp --batch 8 --nproc 2 --steps 10 --grpo-loss bnpo &&
     alike "--grpo-loss bnpo: DDP 2 against 2 micro-batches (every completion here 16 tokens: dapo's too)" bnpo bnpoddp
 run_metrics trunc --batch 16 --steps 3 --grpo-mask-truncated

@@ -327,7 +327,7 @@ static void crossentropy_bf16(dt_gpu *g) {
         if (tgt[i] < 0) hs[2 * i] = hs[2 * i + 1] = 0;
     report_err("bf16 cross-entropy: each row's maximum and sum", rel_err(hs, stats, 2 * BT), 2e-5);
     float scale = 0.5f / BT; /* a gradient scale in it too */
-    dt_ce_grad ce = { stats, tgt, V, 0, scale, NULL }; /* (positional: V is this file's vocabulary) */
+    dt_ce_grad ce = { stats, tgt, V, 0, scale, NULL, NULL, NULL }; /* (positional: V is this file's vocabulary) */
     dt_crossentropy_grad_lp(grad, l16, 0, BT, VP, 0, VP, &ce, DT_BF16);
     dt_gpu_crossentropy_backward_bf16(g, gd16, gl, gstats, gtg, BT, V, VP, scale);
     dt_gpu_sync(g), dt_gpu_download(g, d16, gd16, nl * 2);

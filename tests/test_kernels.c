@@ -17,9 +17,12 @@ static int passed, failed;
 static unsigned rng = 12345;
 static float urand(void) { rng = rng * 1664525u + 1013904223u; return (float)(rng >> 8) / (float)(1u << 24) * 2.0f - 1.0f; }
 /* Every buffer of the test, freed at the end. */
-static void *owned[128];
+static void *owned[256];
 static int nowned;
-static float *keep(float *p) { owned[nowned++] = p; return p; }
+static float *keep(float *p) {
+    if (!p || nowned == (int)(sizeof owned / sizeof *owned)) { printf("test_kernels: out of memory or of owned slots\n"); exit(1); }
+    return owned[nowned++] = p;
+}
 static float *rnd(size_t n, float scale) { float *p = keep(malloc(n * 4)); for (size_t i = 0; i < n; i++) p[i] = urand() * scale; return p; }
 static float *zeros(size_t n) { return keep(calloc(n, 4)); }
 
@@ -70,6 +73,64 @@ static double ce_J(void *p) { ce_ctx *c = p; return dt_crossentropy_forward(c->l
 
 typedef struct { float *wte, *wpe, *out, *r; int32_t *tok; } em_ctx;
 static double em_J(void *p) { em_ctx *c = p; dt_embedding_forward(c->out, c->tok, c->wte, c->wpe, B, T, C); return dot(c->out, c->r, B * T * C); }
+
+/* A token loss's objective over each row's cross-entropy and entropy: J = sum_i rs_i ce_i + es_i H_i (in double). */
+typedef struct { float *logits, *rs, *es; int32_t *tg; } ent_ctx;
+static double row_entropy(const float *l, double *logz) {
+    double m = -INFINITY, s = 0, h = 0;
+    for (int v = 0; v < V; v++) m = fmax(m, l[v]);
+    for (int v = 0; v < V; v++) s += exp(l[v] - m);
+    *logz = m + log(s);
+    for (int v = 0; v < V; v++) h -= exp(l[v] - *logz) * (l[v] - *logz);
+    return h;
+}
+static double ent_J(void *p) {
+    ent_ctx *c = p;
+    double J = 0, logz;
+    for (int i = 0; i < BT; i++) {
+        const float *l = c->logits + i * VP;
+        double h = row_entropy(l, &logz);
+        J += c->rs[i] * (logz - l[c->tg[i]]) + c->es[i] * h;
+    }
+    return J;
+}
+
+/* The cross-entropy's statistics' moments give each row's entropy and log sum p^2 (the head's token statistics); the
+ * gradient with an entropy term (an entropy bonus, GRPO's) against finite differences, and on 16-bit logits the same
+ * bits once rounded. */
+static void entropy_term(void) {
+    int32_t tg[BT];
+    for (int i = 0; i < BT; i++) tg[i] = (i * 5) % V;
+    ent_ctx c = { rnd(BT * VP, 3), rnd(BT, 1), rnd(BT, 1), tg };
+    float *stats = zeros(2 * BT), *losses = zeros(BT), *mom = zeros(2 * BT), *H = zeros(BT), *g = zeros(BT * VP);
+    dt_crossentropy_forward(losses, stats, c.logits, tg, BT, V, VP);
+    dt_crossentropy_rows_moments(mom, stats, c.logits, tg, BT, V, VP, DT_F32, NULL, 0);
+    double worst = 0;
+    for (int i = 0; i < BT; i++) {
+        double logz, h = row_entropy(c.logits + i * VP, &logz), sq = 0, S = stats[2 * i + 1];
+        for (int v = 0; v < V; v++) sq += exp(2 * (c.logits[i * VP + v] - logz));
+        H[i] = (float)(log(S) - mom[2 * i + 1] / S);
+        worst = fmax(worst, fmax(fabs(H[i] - h) / h, fabs(log(mom[2 * i]) - 2 * log(S) - log(sq)) / fabs(log(sq))));
+    }
+    if (worst < 1e-5) passed++; else { failed++; printf("FAIL: the moments' entropy and log sum p^2: relative error %g\n", worst); }
+    printf("%-28s relative error %.2e\n", "entropy, log sum p^2", worst);
+    memcpy(g, c.logits, BT * VP * 4);
+    dt_ce_grad ce = { .stats = stats, .targets = tg, .V = V, .dscale = 1, .row_scale = c.rs, .ent_scale = c.es, .ent = H };
+    dt_crossentropy_grad(g, BT, VP, &ce);
+    check("ce + entropy d/dlogits", ent_J, &c, c.logits, g, BT * VP);
+    uint16_t *l16 = (uint16_t *)keep(malloc(BT * VP * 2));
+    float *w16 = zeros(BT * VP), *d16 = zeros(BT * VP);
+    dt_lp_pack(l16, c.logits, BT * VP, DT_BF16);
+    dt_lp_unpack(w16, l16, BT * VP, DT_BF16);
+    dt_crossentropy_forward(losses, stats, w16, tg, BT, V, VP);
+    dt_crossentropy_grad(w16, BT, VP, &ce);
+    dt_lp_round(w16, BT * VP, DT_BF16);
+    dt_crossentropy_grad_lp(d16, l16, 0, BT, VP, 0, VP, &ce, DT_BF16);
+    int differ = 0;
+    for (int i = 0; i < BT * VP; i++) differ += memcmp(&w16[i], &d16[i], 4) != 0;
+    if (!differ) passed++; else { failed++; printf("FAIL: ce + entropy on bf16 logits: %d gradients differ from the f32 kernel's, rounded\n", differ); }
+    printf("%-28s %d of %d differ\n", "ce + entropy, bf16 blocks", differ, BT * VP);
+}
 
 /* Largest |a - b| over n, relative to the largest |b|. */
 typedef struct { float *inp, *w, *out, *rstd, *r; } rms_ctx;
@@ -316,6 +377,7 @@ int main(void) {
     }
     blockwise_over_several_blocks();
     llama_kernels();
+    entropy_term();
     tanh_within_ulps_of_libm();
 #ifndef __SANITIZE_THREAD__
     threads_give_the_same_results();

@@ -124,6 +124,9 @@ void dt_matmul_backward_lp(float *dinp, float *dw, float *dbias, const float *do
 typedef struct {
     const float *stats; const int32_t *targets; int V, v0; float dscale;
     const float *row_scale; /* each row's gradient times this too (a token loss's d(loss)/d(ce)); NULL: 1 */
+    /* an entropy term: each row's d(loss)/d(its distribution's entropy H) and H (the whole row's, as stats are), whose
+     * gradient -dscale ent_scale p_v (log p_v + H) is added; NULL: none */
+    const float *ent_scale, *ent;
 } dt_ce_grad;
 void dt_matmul_forward_lp16(uint16_t *out, const float *inp, const uint16_t *w, int BT, int C, int OC, dt_dtype t, float *work,
                             size_t work_floats);
@@ -342,6 +345,9 @@ void dt_crossentropy_rows_moments(float *out, const float *stats, const void *lo
  * head's gradient is never a pass of its own. */
 void dt_crossentropy_grad_lp(float *dst, const uint16_t *logits, int row0, int n, int Vp, int o0, int r, const dt_ce_grad *g,
                              dt_dtype t);
+/* The same arithmetic in place of f32 logits (BT rows of Vp, this rank's columns), for a gradient with an entropy term
+ * (g->ent_scale; dt_crossentropy_backward's otherwise). */
+void dt_crossentropy_grad(float *logits, int BT, int Vp, const dt_ce_grad *g);
 
 /* Image layers, NCHW. A 2-D convolution (torch.nn.Conv2d, groups 1):
  * weights [OC, C, KH, KW], OH = (H + 2 pad - KH) / stride + 1. */

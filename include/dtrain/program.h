@@ -98,6 +98,8 @@ typedef struct {
     /* stats asked: each scored position's next-token distribution p's entropy and log sum_v p_v^2 (WPO's weight, an
      * entropy mask's key), without gradient, 0 where not scored; NULL when not asked (they cost a pass over the logits) */
     const float *entropy, *lsq;
+    float *dentropy;          /* stats asked: d(loss)/d(each position's entropy), zeros on entry, for the loss to write
+                               * (an entropy bonus: backward adds its gradient through the whole distribution) */
 } dt_token_rows;
 typedef float (*dt_token_loss_fn)(void *ctx, const dt_token_rows *r, float *dce);
 dt_status dt_program_set_token_loss(dt_program *p, dt_token_loss_fn fn, void *ctx, bool stats);

@@ -53,6 +53,8 @@ typedef struct {
     double top_entropy;       /* --grpo-top-entropy-quantile Q (TRL's top_entropy_quantile; 1: off): the policy term of
                                * only the micro-batch's (every rank's) tokens whose entropy is in its top Q (Wang et al.
                                * 2025, "80/20"): at or above the (1 - Q) quantile */
+    double entropy_coef;      /* --grpo-entropy-coef X (TRL's entropy_coef, 0): the loss less X times the micro-batch's
+                               * mean entropy over the tokens its policy term reads (an exploration bonus) */
     dt_grpo_loss loss;        /* --grpo-loss (dapo, TRL's default) */
     int plain_kl;             /* --grpo-kl plain: the KL term not times the ratio (TRL's use_bias_correction_kl=False) */
     const char *tools;        /* --grpo-tools cmd:COMMAND: runs the tools a completion calls, which then goes on (NULL: none) */
@@ -432,10 +434,10 @@ float dt_dpo_token_loss(void *ctx, const dt_token_rows *r, float *dce);
  * reference's log-probabilities (loss 0), DT_GRPO_RECORD_OLD trains and records pi_old (the rollout's first pass),
  * DT_GRPO_TRAIN trains against the recorded pi_old. Statistics since the last clear: completion tokens, the sum of
  * their KL estimates, the ratios the clipping stopped and how many ratios there were (tokens, or completions with
- * --grpo-importance-sampling sequence; TRL's clip_ratio counts so). */
+ * --grpo-importance-sampling sequence; TRL's clip_ratio counts so), the sum of their entropies. */
 typedef struct dt_grpo dt_grpo;
 enum { DT_GRPO_TRAIN = 0, DT_GRPO_RECORD_OLD, DT_GRPO_RECORD_REF };
-enum { DT_GRPO_TOKENS, DT_GRPO_KL, DT_GRPO_CLIPPED, DT_GRPO_CLIP_UNITS, DT_GRPO_NSTATS };
+enum { DT_GRPO_TOKENS, DT_GRPO_KL, DT_GRPO_CLIPPED, DT_GRPO_CLIP_UNITS, DT_GRPO_ENTROPY, DT_GRPO_NSTATS };
 void dt_grpo_defaults(dt_grpo_config *c);
 dt_status dt_grpo_loss_parse(const char *s, dt_grpo_loss *out);
 const char *dt_grpo_loss_name(dt_grpo_loss k);

@@ -200,6 +200,19 @@ void dt_crossentropy_rows_moments(float *out, const float *stats, const void *lo
     }
 }
 
+/* Row `row`'s gradient in place of its chunk d (r columns, the first vend below V; tg the target's column in it, or
+ * outside) from its logits there, with an entropy term (g->ent_scale; dH/dl_v = -p_v (log p_v + H)):
+ * p_v (ds - es (log p_v + H)), less ds at the target. */
+static void ent_grad_row(float *d, int r, int vend, int tg, const dt_ce_grad *g, int row) {
+    float mx = g->stats[2 * row], inv = 1.0f / g->stats[2 * row + 1];
+    float ds = g->row_scale ? g->dscale * g->row_scale[row] : g->dscale, es = -g->dscale * g->ent_scale[row];
+    float c = g->ent[row] - mx - logf(g->stats[2 * row + 1]); /* log p_v + H = l_v + c */
+    #pragma omp simd
+    for (int v = 0; v < vend; v++) d[v] = dt_vexpf(d[v] - mx) * inv * (ds + es * (d[v] + c));
+    for (int v = vend; v < r; v++) d[v] = 0.0f;
+    if (tg >= 0 && tg < r) d[tg] -= ds;
+}
+
 /* row_grad's arithmetic, a block at a time: the same bits. */
 void dt_crossentropy_grad_lp(float *dst, const uint16_t *logits, int row0, int n, int Vp, int o0, int r, const dt_ce_grad *g,
                              dt_dtype t) {
@@ -214,11 +227,26 @@ void dt_crossentropy_grad_lp(float *dst, const uint16_t *logits, int row0, int n
             continue;
         }
         dt_lp_unpack(d, logits + (size_t)row * Vp + o0, (size_t)r, t);
-        #pragma omp simd
-        for (int v = 0; v < vend; v++) d[v] = dt_vexpf(d[v] - mx) * inv * ds;
-        for (int v = vend; v < r; v++) d[v] = 0.0f;
         int tg = g->targets[row] - g->v0 - o0;
-        if (tg >= 0 && tg < r) d[tg] -= ds;
+        if (g->ent_scale) ent_grad_row(d, r, vend, tg, g, row);
+        else {
+            #pragma omp simd
+            for (int v = 0; v < vend; v++) d[v] = dt_vexpf(d[v] - mx) * inv * ds;
+            for (int v = vend; v < r; v++) d[v] = 0.0f;
+            if (tg >= 0 && tg < r) d[tg] -= ds;
+        }
         dt_lp_round(d, (size_t)r, t);
+    }
+}
+
+void dt_crossentropy_grad(float *logits, int BT, int Vp, const dt_ce_grad *g) {
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < BT; i++) {
+        float *d = logits + (size_t)i * Vp;
+        if (g->targets[i] < 0) {
+            for (int v = 0; v < Vp; v++) d[v] = 0.0f;
+            continue;
+        }
+        ent_grad_row(d, Vp, g->V, g->targets[i] - g->v0, g, i);
     }
 }

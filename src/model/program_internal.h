@@ -117,7 +117,8 @@ typedef struct {
     uint64_t *row_key, *lora_rk; /* dropout: each sequence's key (dt_program_set_row_keys), and each row's for one adapter */
     bool keyed;                /* the micro-batch trains with dropout (keys were given) */
     float *dce;                /* a token loss's d(loss)/d(each row's cross-entropy), from forward for backward */
-    float *tok_stats;          /* a token loss's stats (asked): [B*T] entropies, then [B*T] log sum p^2 */
+    float *tok_stats;          /* a token loss's stats (asked): [B*T] entropies, [B*T] log sum p^2, [B*T] d(loss)/d(entropy) */
+    bool ent_grad;             /* the token loss gave its entropies a gradient */
     float *moe_work;           /* a mixture of experts' scratch (program_moe.c), its ints, and over the micro-batch's */
     int32_t *moe_int;          /* layers each expert's choices and probabilities summed [2E] and the rows that made them */
     double *moe_acc, moe_rows; /* then, with a sequence-wise loss, each layer's counts and probabilities by sequence */

@@ -151,7 +151,7 @@ static void lay_slot(dt_program *p, program_slot *s, arena *m, int B, int T) {
     s->lora_x = carve(m, dropping(p) ? BT * (size_t)p->lora->max_in : 0, false);
     s->moe_work = carve(m, p->cfg.experts ? dt_program_moe_work(p, BT) : 0, false);
     s->dce = carve_for(m, last, p->token_loss ? head * BT : 0, true);
-    s->tok_stats = carve_for(m, last, p->token_loss && p->token_stats ? head * 2 * BT : 0, true);
+    s->tok_stats = carve_for(m, last, p->token_loss && p->token_stats ? head * 3 * BT : 0, true);
 }
 
 /* the log-sum-exp kernels (context parallelism merges blocks by it): no T x T scores kept */
@@ -532,10 +532,13 @@ static void head_forward(dt_program *p, const int32_t *targets, float *loss) {
         s->loss_tokens = p->loss_tokens > 0 ? p->loss_tokens : scored > 0 ? (double)scored : 1;
         s->loss = (float)(dt_program_tp_crossentropy_forward(p, targets) / s->loss_tokens);
         if (p->token_loss) { /* the caller's loss over the rows' cross-entropies; backward weighs each row by its d(loss) */
-            if (p->token_stats) dt_program_tp_token_stats(p, targets);
-            dt_token_rows r = { .B = s->B, .T = s->T, .ce = s->losses, .targets = targets, .entropy = p->token_stats ? s->tok_stats : NULL,
-                                .lsq = p->token_stats ? s->tok_stats + BT : NULL };
+            float *st = p->token_stats ? s->tok_stats : NULL;
+            if (st) dt_program_tp_token_stats(p, targets), memset(st + 2 * (size_t)BT, 0, sizeof(float) * (size_t)BT);
+            dt_token_rows r = { .B = s->B, .T = s->T, .ce = s->losses, .targets = targets, .entropy = st, .lsq = st ? st + BT : NULL,
+                                .dentropy = st ? st + 2 * (size_t)BT : NULL };
             s->loss = p->token_loss(p->token_loss_ctx, &r, s->dce), s->loss_tokens = 1;
+            s->ent_grad = false;
+            for (int i = 0; st && i < BT; i++) s->ent_grad |= r.dentropy[i] != 0;
         }
         double t[DT_MOE_TERMS] = { dt_program_moe_balance_loss(p), dt_program_moe_z_loss(p), dt_program_moe_seq_loss(p),
                                    dt_program_moe_global_loss(p) };
@@ -833,8 +836,11 @@ static void unit_done(dt_program *p, int u, bool announce) {
 
 /* The loss's gradient under mixed precision, taken block by block where the head's backward reads it. */
 static dt_ce_grad ce_grad(const dt_program *p, float dscale) {
-    return (dt_ce_grad){ .stats = p->s->ce_stats, .targets = p->s->targets, .V = p->Vv, .v0 = p->v0, .dscale = dscale,
-                         .row_scale = p->token_loss ? p->s->dce : NULL };
+    const program_slot *s = p->s;
+    bool ent = p->token_loss && s->ent_grad;
+    return (dt_ce_grad){ .stats = s->ce_stats, .targets = s->targets, .V = p->Vv, .v0 = p->v0, .dscale = dscale,
+                         .row_scale = p->token_loss ? s->dce : NULL, .ent_scale = ent ? s->tok_stats + 2 * (size_t)s->B * s->T : NULL,
+                         .ent = ent ? s->tok_stats : NULL };
 }
 
 /* The head's weight gradient from the logits' gradient (which backward left in place; in 16 bits computed again from
@@ -871,10 +877,15 @@ static void head_backward(dt_program *p, float *dres, float grad_scale) {
     dt_hook_list_call(&p->unit_hooks, DT_HOOK_BEFORE_BACKWARD, L + 1);
     dt_program_lp_cast(p, L + 1, true);
     trace_unit(p, "backward", L + 1);
-    /* the loss's gradient from forward's statistics (in 16 bits, as the head's backward reads it) */
-    if (p->prec == DT_F32) dt_program_tp_crossentropy_backward(p, dscale);
+    /* the loss's gradient from forward's statistics (in 16 bits, as the head's backward reads it); with an entropy term
+     * in one pass that takes the rows' weights */
+    bool ent = p->token_loss && s->ent_grad;
+    if (p->prec == DT_F32 && ent) {
+        dt_ce_grad g = ce_grad(p, dscale);
+        dt_crossentropy_grad(s->logits, BT, p->Vl, &g);
+    } else if (p->prec == DT_F32) dt_program_tp_crossentropy_backward(p, dscale);
     /* a token loss: row i's gradient times d(loss)/d(its cross-entropy) (in 16 bits, where the head's backward makes it) */
-    for (int i = 0; p->token_loss && p->prec == DT_F32 && i < BT; i++)
+    for (int i = 0; p->token_loss && !ent && p->prec == DT_F32 && i < BT; i++)
         for (int v = 0; v < p->Vl; v++) s->logits[(size_t)i * p->Vl + v] *= s->dce[i];
     s->w_dscale = dscale;
     /* the head is column-parallel (by vocabulary): d(its input) this rank's share of all rows, summed or reduce-scattered */

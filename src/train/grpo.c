@@ -169,6 +169,11 @@ static double kl_term(dt_grpo *g, double lp, double ref, double lr, double *dr, 
     return g->c.beta * r * k3;
 }
 
+/* Whether entropy e is in the quantile's top (at or above its threshold thr; -inf: every token). Within 1e-6 of it
+ * counts as at it: tokens after identical contexts (a group's first completion tokens) tie in exact arithmetic, and
+ * TRL takes them all, but a GEMM's blocking can part their entropies in the last bits. */
+static bool in_top(float e, double thr) { return e >= thr - 1e-6 * fabs(thr); }
+
 /* Row b of a micro-batch (its targets tg, cross-entropies ce, weights out into dce; global row i): recorded, or its
  * loss (the weights w of its n scored tokens) returned. */
 static double row_loss(dt_grpo *g, int i, int T, const float *ce, const int32_t *tg, const float *ent, double thr, float *dce, double w,
@@ -189,12 +194,12 @@ static double row_loss(dt_grpo *g, int i, int T, const float *ce, const int32_t 
         if (tg[t] == DT_IGNORE_INDEX) continue;
         double lp = -(double)ce[t], lr = g->c.sequence ? seq : g->mode == DT_GRPO_RECORD_OLD ? 0 : lp - g->old[at + t], dr, dlp;
         double pt = policy_term(g, lr, lp, A, &dr, &dlp, &clipped);
-        if (ent && !(ent[t] >= thr)) pt = dr = dlp = 0; /* a token below the entropy quantile: its KL term alone */
+        if (!in_top(ent[t], thr)) pt = dr = dlp = 0; /* a token below the entropy quantile: its KL term alone */
         loss += w * (pt + kl_term(g, lp, g->ref[at + t], lr, &dr, &dlp));
         if (!g->c.sequence) dlp += dr, g->stats[DT_GRPO_CLIPPED] += clipped, g->stats[DT_GRPO_CLIP_UNITS] += 1;
         else through += dr;
         dce[t] = (float)(-dlp * w);
-        g->stats[DT_GRPO_TOKENS] += 1;
+        g->stats[DT_GRPO_TOKENS] += 1, g->stats[DT_GRPO_ENTROPY] += ent[t];
     }
     if (g->c.sequence && n > 0) { /* each token moves the completion's ratio by 1 / n of its log */
         for (int t = 0; t < T; t++)
@@ -207,12 +212,26 @@ static double row_loss(dt_grpo *g, int i, int T, const float *ce, const int32_t 
 void dt_grpo_set_comm(dt_grpo *g, dt_comm *c) { g->comm = c; }
 
 dt_status dt_grpo_attach(dt_grpo *g, dt_program *p) {
-    dt_status st = dt_program_set_token_loss(p, dt_grpo_token_loss, g, g->c.top_entropy < 1);
+    dt_status st = dt_program_set_token_loss(p, dt_grpo_token_loss, g, true); /* (the entropies: the metrics', the mask's, the bonus's) */
     return st ? st : dt_program_set_logit_temperature(p, g->c.temperature > 0 ? g->c.temperature : 1.0f);
 }
 
 /* The (1 - top_entropy) quantile of the scored tokens' entropies of a micro-batch (every rank's of g's comm), by
  * torch.quantile's linear interpolation; +inf where there are none (no token's policy term counts); NaN: failed. */
+/* The entropy bonus: minus entropy_coef times the micro-batch's mean entropy over the tokens the policy term reads (its
+ * scored tokens at or above the quantile's threshold thr), its gradient by each entropy into r->dentropy (TRL's: the
+ * mean per device, not gathered; the engine averages the passes as TRL's accumulation divides them). */
+static double entropy_bonus(const dt_grpo *g, const dt_token_rows *r, double thr) {
+    size_t BT = (size_t)r->B * (size_t)r->T;
+    double sum = 0, n = 0;
+    for (size_t k = 0; k < BT; k++)
+        if (r->targets[k] != DT_IGNORE_INDEX && in_top(r->entropy[k], thr)) sum += r->entropy[k], n += 1;
+    double w = -g->c.entropy_coef / (n > 1 ? n : 1);
+    for (size_t k = 0; k < BT; k++)
+        if (r->targets[k] != DT_IGNORE_INDEX && in_top(r->entropy[k], thr)) r->dentropy[k] = (float)w;
+    return w * sum;
+}
+
 static double entropy_threshold(dt_grpo *g, const dt_token_rows *r) {
     size_t n = 0, total = 0, BT = (size_t)r->B * (size_t)r->T;
     double *mine = malloc(sizeof(double) * (BT + 1)), *all = NULL;
@@ -234,14 +253,16 @@ float dt_grpo_token_loss(void *ctx, const dt_token_rows *r, float *dce) {
     g->cursor += B;
     if (row0 + B > g->rows || T != g->T) return NAN; /* more rows than the rollout has: a caller's mistake, made visible */
     for (size_t k = 0; k < (size_t)B * (size_t)T; k++) mb += targets[k] != DT_IGNORE_INDEX, dce[k] = 0;
-    bool masked = g->c.top_entropy < 1 && g->mode != DT_GRPO_RECORD_REF; /* (the reference's pass trains nothing) */
-    double loss = 0, thr = masked && r->entropy ? entropy_threshold(g, r) : NAN;
-    if (masked && isnan(thr)) return NAN; /* no entropies asked for, or the gather failed: made visible */
+    bool train = g->mode != DT_GRPO_RECORD_REF; /* (the reference's pass trains nothing) */
+    if (!r->entropy) return NAN; /* (dt_grpo_attach asks for them: a caller's mistake, made visible) */
+    double loss = 0, thr = train && g->c.top_entropy < 1 ? entropy_threshold(g, r) : -INFINITY;
+    if (isnan(thr)) return NAN; /* the gather failed */
     for (int b = 0; b < B; b++) {
         size_t in = (size_t)b * (size_t)T;
         int n = 0;
         for (int t = 0; t < T; t++) n += targets[in + t] != DT_IGNORE_INDEX;
-        loss += row_loss(g, row0 + b, T, ce + in, targets + in, masked ? r->entropy + in : NULL, thr, dce + in, token_weight(g, n, B, mb), n);
+        loss += row_loss(g, row0 + b, T, ce + in, targets + in, r->entropy + in, thr, dce + in, token_weight(g, n, B, mb), n);
     }
+    if (train && g->c.entropy_coef != 0) loss += entropy_bonus(g, r, thr);
     return g->mode == DT_GRPO_RECORD_REF ? 0 : (float)loss;
 }

@@ -121,13 +121,14 @@ static void settings_text(const dt_grpo_config *g, char *more, size_t cap) {
     if (n < cap && g->scale != DT_GRPO_SCALE_GROUP)
         n += (size_t)snprintf(more + n, cap - n, ", rewards scaled by %s", g->scale == DT_GRPO_SCALE_BATCH ? "the batch" : "nothing");
     if (n < cap && g->mask_truncated) n += (size_t)snprintf(more + n, cap - n, ", truncated completions left out");
-    if (n < cap && g->top_entropy < 1) snprintf(more + n, cap - n, ", the policy term of the top %g of tokens by entropy", g->top_entropy);
+    if (n < cap && g->top_entropy < 1) n += (size_t)snprintf(more + n, cap - n, ", the policy term of the top %g of tokens by entropy", g->top_entropy);
+    if (n < cap && g->entropy_coef != 0) snprintf(more + n, cap - n, ", an entropy bonus of %g", g->entropy_coef);
 }
 
 /* The run's start lines: what trains, and with tools how they run. */
 static void say_setup(const run *r, const dt_grpo_run *gr) {
     const dt_grpo_config *g = &r->c.grpo;
-    char more[200], rewards[600] = "";
+    char more[400], rewards[600] = "";
     settings_text(g, more, sizeof more);
     for (size_t k = 0, m = 0; k < (size_t)g->nrewards && m < sizeof rewards; k++) {
         m += (size_t)snprintf(rewards + m, sizeof rewards - m, "%s%.200s", k ? " + --reward " : "", g->reward[k]);
@@ -389,6 +390,7 @@ dt_status dt_train_grpo_stats(run *r, dt_grpo_step_stats *out) {
     gr->stats[S_KL] = loss_stats[DT_GRPO_KL], gr->stats[S_CLIPPED] = loss_stats[DT_GRPO_CLIPPED];
     gr->stats[S_CLIP_UNITS] = loss_stats[DT_GRPO_CLIP_UNITS]; /* (tokens, or completions at the sequence level) */
     gr->stats[S_LOSS_TOKENS] = loss_stats[DT_GRPO_TOKENS]; /* the tokens the loss saw (= the rollout's) */
+    gr->stats[S_ENTROPY] = loss_stats[DT_GRPO_ENTROPY];
     float v[S_N];
     for (int i = 0; i < S_N; i++) v[i] = (float)gr->stats[i];
     dt_status st = r->nranks > 1 ? dt_comm_allreduce(r->w, v, v, S_N, DT_F32, DT_SUM) : DT_OK;
@@ -396,6 +398,7 @@ dt_status dt_train_grpo_stats(run *r, dt_grpo_step_stats *out) {
     double n = v[S_ROWS], mean = v[S_REWARD] / n, lt = v[S_LOSS_TOKENS];
     *out = (dt_grpo_step_stats){
         .reward = mean, .reward_std = sqrt(fmax(0, v[S_REWARD_SQ] / n - mean * mean)), .kl = lt > 0 ? v[S_KL] / lt : 0,
+        .entropy = lt > 0 ? v[S_ENTROPY] / lt : 0,
         .completion = v[S_GENERATED] / n, .clipped = v[S_CLIP_UNITS] > 0 ? v[S_CLIPPED] / v[S_CLIP_UNITS] : 0,
         .flat = v[S_FLAT_GROUPS] / (n / r->c.grpo.group), .decode_s = v[S_DECODE_S] / r->nranks,
         .rollout_tps = v[S_DECODE_S] > 0 ? v[S_GENERATED] / (v[S_DECODE_S] / r->nranks) : 0, .sample = gr->sample,

@@ -20,12 +20,12 @@
 typedef struct dt_grpo_run dt_grpo_run;
 
 /* A GRPO step's figures over every rank: the rollout's rewards (mean, standard deviation over the completions),
- * the mean KL estimate a completion token, the mean completion's tokens, the share of tokens the clipping stopped,
+ * the mean KL estimate and entropy (TRL's) a completion token, the mean completion's tokens, the share of tokens the clipping stopped,
  * the share of groups whose rewards were all equal (no signal: TRL's frac_reward_zero_std), the decoding's seconds
  * (a rank's mean) and generated tokens a second over the ranks, the tools' calls a completion and the share of calls that
  * failed (a result {"error": ...}, TRL's failure_frequency; both -1 without --grpo-tools); rank 0's first completion (text). */
 typedef struct {
-    double reward, reward_std, kl, completion, clipped, flat, decode_s, rollout_tps, tool_calls, tool_failures;
+    double reward, reward_std, kl, entropy, completion, clipped, flat, decode_s, rollout_tps, tool_calls, tool_failures;
     double each[DT_GRPO_MAX_REWARDS]; /* each reward function's mean (several: TRL's rewards/NAME/mean) */
     int nrewards;
     const char *sample;

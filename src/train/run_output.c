@@ -101,9 +101,10 @@ void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s,
     if (s->grad_recv_bytes > 0) fprintf(f, ",\"grad_recv_bytes\":%.0f", s->grad_recv_bytes);
     if (eval) json_num(f, "val_loss", "%.6f", val);
     if (r->dpo) json_num(f, "reward_accuracy", "%.4f", r->dpo_step[0]), json_num(f, "reward_margin", "%.6f", r->dpo_step[1]);
-    if (r->grpo) { /* TRL's GRPO figures: reward, reward_std, kl, completions/mean_length, clip_ratio, frac_reward_zero_std */
+    if (r->grpo) { /* TRL's GRPO figures: reward, reward_std, kl, entropy, completions/mean_length, clip_ratio, frac_reward_zero_std */
         const dt_grpo_step_stats *g = &r->grpo_step;
         json_num(f, "reward", "%.6f", g->reward), json_num(f, "reward_std", "%.6f", g->reward_std), json_num(f, "kl", "%.6g", g->kl);
+        json_num(f, "entropy", "%.6f", g->entropy);
         json_num(f, "completion_len", "%.2f", g->completion), json_num(f, "clip_ratio", "%.6f", g->clipped);
         json_num(f, "frac_reward_zero_std", "%.4f", g->flat), json_num(f, "rollout_s", "%.3f", g->decode_s);
         json_num(f, "rollout_tok_per_s", "%.1f", g->rollout_tps);
