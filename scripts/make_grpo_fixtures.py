@@ -17,7 +17,7 @@ Writes tests/fixtures/grpo/:
                         "tools.*" loss dapo with "tool_mask" [R, C] (a tool's results inside the longer completions,
                         their tokens 0: TRL's tool_mask, taken out of the loss and of its token count)
   losses.safetensors  TRL's other loss settings (CASES: epsilon_high, delta, sequence-level ratios, bnpo, cispo, sapo,
-                      luspo, temperature, top_entropy_quantile, entropy_coef), each from pi_old's log-probabilities: "<k>.loss", "<k>.grad.<name>" of two tensors,
+                      luspo, temperature, top_entropy_quantile, entropy_coef, vespo, off_policy_mask_threshold), each from pi_old's log-probabilities: "<k>.loss", "<k>.grad.<name>" of two tensors,
                       "<k>.ratio"; "adv_batch" and "adv_none" (scale_rewards "batch" and "none"); the cases in its
                       metadata (`make_grpo_fixtures.py cases` writes it alone, from the three models' files)
 Every prompt has the same length: TRL left-pads prompts and Llama then reads positions shifted by the padding (the
@@ -161,6 +161,12 @@ CASES = [
     # the entropy bonus (its gradient through the whole distribution), alone and over the quantile's tokens
     {"loss_type": "dapo", "entropy_coef": 0.1},
     {"loss_type": "grpo", "entropy_coef": 0.05, "top_entropy_quantile": 0.5, "temperature": 0.8},
+    # vespo's gamma weights (TRL's shape, another); DeepSeek-V3.2's off-policy mask (pi_old's mean KL over the rows of
+    # negative advantage here: 0.67, -0.22, -0.10, 0.08: 0.05 drops two, 0.5 one)
+    {"loss_type": "vespo"},
+    {"loss_type": "vespo", "vespo_k_pos": 1.5, "vespo_lambda_pos": 2.0, "vespo_k_neg": 2.5, "vespo_lambda_neg": 1.0},
+    {"loss_type": "dapo", "off_policy_mask_threshold": 0.05},
+    {"loss_type": "grpo", "off_policy_mask_threshold": 0.5, "importance_sampling_level": "sequence"},
 ]
 CASE_GRADS = ["model.norm.weight", "model.layers.1.mlp.down_proj.weight"]
 

@@ -176,8 +176,11 @@ static void case_config(const cJSON *o, dt_grpo_config *gc, bool *tools) {
     double temp = fixture_number(o, "temperature"), q = fixture_number(o, "top_entropy_quantile");
     if (!isnan(temp)) gc->temperature = (float)temp;
     if (!isnan(q)) gc->top_entropy = q;
-    double coef = fixture_number(o, "entropy_coef");
+    double coef = fixture_number(o, "entropy_coef"), opm = fixture_number(o, "off_policy_mask_threshold");
     if (!isnan(coef)) gc->entropy_coef = coef;
+    if (!isnan(opm)) gc->off_policy = opm;
+    const char *vk[4] = { "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg" };
+    for (int k = 0; k < 4; k++) gc->vespo[k] = isnan(fixture_number(o, vk[k])) ? 0 : fixture_number(o, vk[k]);
     *tools = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "tools"));
 }
 
@@ -237,9 +240,9 @@ static void check_cases(const char *dir) {
         dt_grpo_destroy(g);
         k++;
     }
-    snprintf(what, sizeof what, "%d more settings (epsilon_high, delta, sequence ratios, bnpo, cispo, sapo, luspo, temperature, entropy quantile and bonus): TRL's loss, gradients, clip ratio", k);
+    snprintf(what, sizeof what, "%d more settings (epsilon_high, delta, sequence ratios, bnpo, cispo, sapo, luspo, temperature, entropy quantile and bonus, vespo, off-policy mask): TRL's loss, gradients, clip ratio", k);
     snprintf(detail, sizeof detail, "worst loss %.1e (%s), gradients %.1e (%s), clip ratio %.1e (%s)", wl, worst_l, wg, worst_g, wr, worst_r);
-    if (!st) check(what, k >= 15 && wl <= 1e-5 && wg <= 1e-5 && wr <= 1e-6, detail);
+    if (!st) check(what, k >= 19 && wl <= 1e-5 && wg <= 1e-5 && wr <= 1e-6, detail);
     else printf("FAIL grpo cases: %s\n", dt_last_error()), failed++;
     /* scale_rewards "batch" (the whole batch's standard deviation) and "none" */
     float rewards[R], want[R], got[R];

@@ -26,7 +26,7 @@ extern "C" {
  * on them by TRL's GRPOTrainer's loss. */
 typedef enum {
     DT_GRPO_LOSS_DAPO = 0, DT_GRPO_LOSS_GRPO, DT_GRPO_LOSS_DR_GRPO, DT_GRPO_LOSS_BNPO, DT_GRPO_LOSS_CISPO, DT_GRPO_LOSS_SAPO,
-    DT_GRPO_LOSS_LUSPO, DT_GRPO_NLOSSES
+    DT_GRPO_LOSS_LUSPO, DT_GRPO_LOSS_VESPO, DT_GRPO_NLOSSES
 } dt_grpo_loss;
 typedef enum { DT_GRPO_SCALE_GROUP = 0, DT_GRPO_SCALE_BATCH, DT_GRPO_SCALE_NONE } dt_grpo_scale;
 #define DT_GRPO_MAX_REWARDS 8
@@ -53,6 +53,11 @@ typedef struct {
     double top_entropy;       /* --grpo-top-entropy-quantile Q (TRL's top_entropy_quantile; 1: off): the policy term of
                                * only the micro-batch's (every rank's) tokens whose entropy is in its top Q (Wang et al.
                                * 2025, "80/20"): at or above the (1 - Q) quantile */
+    double vespo[4];          /* --grpo-vespo K+,L+,K-,L-: vespo's gamma weights' shape for advantages >= 0 and below
+                               * (0: TRL's 2, 3, 3, 2) */
+    double off_policy;        /* --grpo-off-policy-mask D (TRL's off_policy_mask_threshold, DeepSeek-V3.2's; 0: off): a
+                               * completion of negative advantage whose mean log pi_old - log pi over its tokens is
+                               * above D leaves the policy term */
     double entropy_coef;      /* --grpo-entropy-coef X (TRL's entropy_coef, 0): the loss less X times the micro-batch's
                                * mean entropy over the tokens its policy term reads (an exploration bonus) */
     dt_grpo_loss loss;        /* --grpo-loss (dapo, TRL's default) */

@@ -45,13 +45,13 @@ void dt_grpo_defaults(dt_grpo_config *c) {
                            .loss = DT_GRPO_LOSS_DAPO };
 }
 
-static const char *const loss_names[DT_GRPO_NLOSSES] = { "dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo" };
+static const char *const loss_names[DT_GRPO_NLOSSES] = { "dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo" };
 static const char *const scale_names[] = { "group", "batch", "none" };
 
 dt_status dt_grpo_loss_parse(const char *s, dt_grpo_loss *out) {
     for (int k = 0; k < DT_GRPO_NLOSSES; k++)
         if (!strcmp(s, loss_names[k])) { *out = (dt_grpo_loss)k; return DT_OK; }
-    return dt_error(DT_ERR_ARG, "--grpo-loss %s: dapo (TRL's default), grpo, dr_grpo, bnpo, cispo, sapo or luspo", s);
+    return dt_error(DT_ERR_ARG, "--grpo-loss %s: dapo (TRL's default), grpo, dr_grpo, bnpo, cispo, sapo, luspo or vespo", s);
 }
 
 const char *dt_grpo_loss_name(dt_grpo_loss k) { return (unsigned)k < DT_GRPO_NLOSSES ? loss_names[k] : "?"; }
@@ -74,6 +74,8 @@ dt_status dt_grpo_create(const dt_grpo_config *c, int rows, int T, dt_grpo **out
     if (g->c.epsilon_high == 0) g->c.epsilon_high = g->c.epsilon; /* (TRL's: epsilon_high None) */
     if (g->c.sapo_pos == 0) g->c.sapo_pos = 1.0;
     if (g->c.sapo_neg == 0) g->c.sapo_neg = 1.05;
+    static const double vespo[4] = { 2, 3, 3, 2 }; /* (TRL's vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg) */
+    for (int k = 0; k < 4; k++) g->c.vespo[k] = g->c.vespo[k] > 0 ? g->c.vespo[k] : vespo[k];
     *out = g;
     return DT_OK;
 }
@@ -134,11 +136,15 @@ static double token_weight(const dt_grpo *g, int n, int B, int mb) {
 }
 
 /* A token's policy term at ratio r = exp(lr) (its own, or its completion's) and advantage A: its value, its derivative
- * by lr (*dr) and by the token's log-probability lp directly (*dlp); whether the clipping stopped it counted. */
-static double policy_term(dt_grpo *g, double lr, double lp, double A, double *dr, double *dlp, bool *clipped) {
+ * by lr (*dr) and by the token's log-probability lp directly (*dlp); whether the clipping stopped it counted. phi:
+ * vespo's weight of the token's completion. */
+static double policy_term(dt_grpo *g, double lr, double lp, double A, double phi, double *dr, double *dlp, bool *clipped) {
     double r = exp(lr), lo = 1 - g->c.epsilon, hi = 1 + g->c.epsilon_high;
     *dr = *dlp = 0;
     switch (g->c.loss) {
+    case DT_GRPO_LOSS_VESPO: /* -phi A logp, phi a constant (TRL's no_grad) */
+        *clipped = false, *dlp = -phi * A;
+        return -phi * A * lp;
     case DT_GRPO_LOSS_CISPO: { /* the capped ratio is a constant (TRL's detach) */
         double cap = fmin(r, g->c.epsilon_high);
         *clipped = r > g->c.epsilon_high && A > 0, *dlp = -cap * A;
@@ -169,6 +175,15 @@ static double kl_term(dt_grpo *g, double lp, double ref, double lr, double *dr, 
     return g->c.beta * r * k3;
 }
 
+/* Vespo's gamma weight of a completion (Fang et al. 2025, TRL's get_gamma_weights) from the sum of its tokens' log-ratios
+ * (each clamped to [-20, 20]): w = exp(that, clamped to [log 1e-8, 20]), phi = exp(lambda + k log w - lambda w), k and
+ * lambda by the advantage's sign (phi(1) = 1); 0 where it is not finite. */
+static double vespo_weight(const dt_grpo *g, double sum, double A) {
+    double lw = fmin(fmax(sum, log(1e-8)), 20.0), k = A >= 0 ? g->c.vespo[0] : g->c.vespo[2];
+    double lam = fmax(A >= 0 ? g->c.vespo[1] : g->c.vespo[3], 1e-4), phi = exp(lam + k * lw - lam * exp(lw));
+    return isfinite(phi) ? phi : 0;
+}
+
 /* Whether entropy e is in the quantile's top (at or above its threshold thr; -inf: every token). Within 1e-6 of it
  * counts as at it: tokens after identical contexts (a group's first completion tokens) tie in exact arithmetic, and
  * TRL takes them all, but a GEMM's blocking can part their entropies in the last bits. */
@@ -180,21 +195,25 @@ static double row_loss(dt_grpo *g, int i, int T, const float *ce, const int32_t 
                        int n) {
     size_t at = (size_t)i * (size_t)T;
     double A = g->adv[i], loss = 0, seq = 0, through = 0; /* through: the row's sum of dl/dlog r (sequence level) */
+    double vsum = 0; /* vespo's: the clamped log-ratios' sum */
     for (int t = 0; t < T; t++) {
         if (tg[t] == DT_IGNORE_INDEX) continue;
-        double lp = -(double)ce[t];
+        double lp = -(double)ce[t], lr = g->mode == DT_GRPO_RECORD_OLD ? 0 : lp - g->old[at + t]; /* the first pass: r = 1 exactly */
         if (g->mode == DT_GRPO_RECORD_REF) g->ref[at + t] = (float)lp;
         if (g->mode == DT_GRPO_RECORD_OLD) g->old[at + t] = (float)lp;
-        seq += g->mode == DT_GRPO_RECORD_OLD ? 0 : lp - g->old[at + t]; /* the first pass: r = 1 exactly */
+        seq += lr, vsum += fmin(fmax(lr, -20.0), 20.0);
     }
     if (g->mode == DT_GRPO_RECORD_REF) return 0;
     seq /= n > 1 ? n : 1;
-    bool clipped = false;
+    /* DeepSeek-V3.2's off-policy mask: a completion of negative advantage that pi has left (its mean log pi_old - log pi
+     * above the threshold) keeps only its KL term */
+    bool dropped = g->c.off_policy > 0 && A < 0 && -seq > g->c.off_policy, clipped = false;
+    double phi = g->c.loss == DT_GRPO_LOSS_VESPO ? vespo_weight(g, vsum, A) : 0;
     for (int t = 0; t < T; t++) {
         if (tg[t] == DT_IGNORE_INDEX) continue;
         double lp = -(double)ce[t], lr = g->c.sequence ? seq : g->mode == DT_GRPO_RECORD_OLD ? 0 : lp - g->old[at + t], dr, dlp;
-        double pt = policy_term(g, lr, lp, A, &dr, &dlp, &clipped);
-        if (!in_top(ent[t], thr)) pt = dr = dlp = 0; /* a token below the entropy quantile: its KL term alone */
+        double pt = policy_term(g, lr, lp, A, phi, &dr, &dlp, &clipped);
+        if (dropped || !in_top(ent[t], thr)) pt = dr = dlp = 0; /* off policy, or below the entropy quantile: its KL term alone */
         loss += w * (pt + kl_term(g, lp, g->ref[at + t], lr, &dr, &dlp));
         if (!g->c.sequence) dlp += dr, g->stats[DT_GRPO_CLIPPED] += clipped, g->stats[DT_GRPO_CLIP_UNITS] += 1;
         else through += dr;

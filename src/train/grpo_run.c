@@ -122,7 +122,8 @@ static void settings_text(const dt_grpo_config *g, char *more, size_t cap) {
         n += (size_t)snprintf(more + n, cap - n, ", rewards scaled by %s", g->scale == DT_GRPO_SCALE_BATCH ? "the batch" : "nothing");
     if (n < cap && g->mask_truncated) n += (size_t)snprintf(more + n, cap - n, ", truncated completions left out");
     if (n < cap && g->top_entropy < 1) n += (size_t)snprintf(more + n, cap - n, ", the policy term of the top %g of tokens by entropy", g->top_entropy);
-    if (n < cap && g->entropy_coef != 0) snprintf(more + n, cap - n, ", an entropy bonus of %g", g->entropy_coef);
+    if (n < cap && g->entropy_coef != 0) n += (size_t)snprintf(more + n, cap - n, ", an entropy bonus of %g", g->entropy_coef);
+    if (n < cap && g->off_policy > 0) snprintf(more + n, cap - n, ", off-policy completions masked above %g", g->off_policy);
 }
 
 /* The run's start lines: what trains, and with tools how they run. */
