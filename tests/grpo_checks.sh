@@ -69,6 +69,12 @@ run_metrics ent --batch 16 "${ent[@]}" && run_metrics entddp --batch 8 --nproc 2
     alike "--grpo-top-entropy-quantile 0.5 at --temperature 0.7: DDP 2" ent entddp apart
 grep -q "temperature 0.7), .*, the policy term of the top 0.5 of tokens by entropy" "$dir/ent.out" ||
     fail "the entropy quantile's start line: $(grep -m1 '^GRPO' "$dir/ent.out")"
+# vespo's weights and the off-policy mask are a completion's: DDP 2 as one process, a rollout trained twice (pi_old apart)
+vo=(--steps 10 --grpo-iterations 2 --grpo-loss vespo --grpo-vespo 2,3,2.5,1.5 --grpo-off-policy-mask 0.001)
+run_metrics vo --batch 16 "${vo[@]}" && run_metrics voddp --batch 8 --nproc 2 "${vo[@]}" &&
+    alike "--grpo-loss vespo with the off-policy mask, 2 iterations a rollout: DDP 2" vo voddp apart
+grep -q "TRL's vespo loss, .*, off-policy completions masked above 0.001" "$dir/vo.out" ||
+    fail "vespo's start line: $(grep -m1 '^GRPO' "$dir/vo.out")"
 # the entropy bonus is a micro-batch's mean (TRL's per device): DDP 2 as 2 micro-batches; it raises the entropy
 run_metrics bonus --batch 8 --grad-accum 2 --steps 10 --grpo-entropy-coef 2 &&
     run_metrics bonusddp --batch 8 --nproc 2 --steps 10 --grpo-entropy-coef 2 &&
@@ -111,6 +117,7 @@ awk -v a="${r[*]:0:10}" -v b="${r[*]:30:10}" 'BEGIN{n=split(a,x," "); split(b,y,
     fail "the reward did not rise: ${r[*]:-none}"
 refused "tensor parallelism" "not with tensor, pipeline or context parallelism" --nproc 2 --tp 2
 refused "ZeRO-3" "not with zero3" --nproc 2 --zero 3
+refused "a vespo shape of three numbers" "--grpo-vespo" --grpo-loss vespo --grpo-vespo 1,2,3
 refused "LoRA" "not with LoRA" --lora-rank 4
 refused "--data beside --grpo" "not with --data" --data "$dir/prompts.txt"
 refused "rows that are not whole groups" "must be whole groups" --grpo-group 3
