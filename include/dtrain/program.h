@@ -90,7 +90,8 @@ void dt_program_set_row_keys(dt_program *p, const uint64_t *keys);
  * scored), it returns the micro-batch's loss and writes dce[B*T], d(loss)/d(ce), which backward takes as each row's weight (with grad_scale). Called where
  * the head runs (a pipeline's last stage), once per forward with targets, in the order of the micro-batches (16-bit
  * logits too: their gradient takes the weights where the head's backward makes it). Refused with context parallelism
- * (a rank holds part of each sequence). fn NULL: the mean again. */
+ * (a rank holds part of each sequence). fn NULL: the mean again. stats: the rows' entropies and log sum p^2 asked for
+ * (dt_token_rows), and an entropy term in the gradient allowed. */
 typedef struct {
     int B, T;
     const float *ce;          /* [B*T] */

@@ -136,7 +136,7 @@ static void usage(FILE *f) {
             "                     writes and flushes a result line a call as it reads them\n"
             "  --completion-tokens N  a completion's most tokens (up to the row's end, --seq)\n"
             "  --temperature X (1)  --top-k K (0: all)  --top-p P (1)   GRPO's sampling; the loss reads\n"
-            "                     the model's log-probabilities at the same temperature (TRL's)\n"
+            "                     the model's log-probabilities at the same temperature (TRL's; 0, greedy: at 1)\n"
             "  --tokenizer F      tokenizer.json for FILE.jsonl (the --model folder's by default)\n"
             "  --chat-template T  chatml, llama3, llama3.1, llama3.2, qwen3, qwen2.5, qwen2 or smollm2 (by default the kind\n"
             "                     tokenizer_config.json's is)\n"

@@ -232,7 +232,7 @@ void dt_grpo_set_comm(dt_grpo *g, dt_comm *c) { g->comm = c; }
 
 dt_status dt_grpo_attach(dt_grpo *g, dt_program *p) {
     dt_status st = dt_program_set_token_loss(p, dt_grpo_token_loss, g, true); /* (the entropies: the metrics', the mask's, the bonus's) */
-    return st ? st : dt_program_set_logit_temperature(p, g->c.temperature > 0 ? g->c.temperature : 1.0f);
+    return st ? st : dt_program_set_logit_temperature(p, g->c.temperature > 0 ? g->c.temperature : 1.0f); /* (greedy: at 1) */
 }
 
 /* The (1 - top_entropy) quantile of the scored tokens' entropies of a micro-batch (every rank's of g's comm), by
