@@ -20,7 +20,7 @@ static dt_status check(const run *r) {
     if (r->sft_val && pairs != val_pairs)
         return dt_error(DT_ERR_ARG, "--val-data %s holds %s, --data %s %s", c->val_data, val_pairs ? "preference pairs" : "examples", c->data,
                         pairs ? "preference pairs" : "examples");
-    if (pairs && c->cuda) /* (the GPU's head computes the mean cross-entropy alone: DPO would train that, silently) */
+    if (pairs && c->cuda) /* (the GPU's head computes the mean cross-entropy alone, never a token loss) */
         return dt_error(DT_ERR_UNSUPPORTED, "--device cuda: DPO's loss (over each pair's log-probabilities) runs in the CPU's head, "
                         "not yet on the GPU's");
     if (pairs && c->resume && !c->lora.rank)
