@@ -169,6 +169,13 @@ CASES = [
     {"loss_type": "grpo", "off_policy_mask_threshold": 0.5, "importance_sampling_level": "sequence"},
 ]
 CASE_GRADS = ["model.norm.weight", "model.layers.1.mlp.down_proj.weight"]
+# the adaptive entropy coefficient (the entropies here 6.2-6.9 nats): a target above them (the bonus from the second
+# step, its coefficient rising to the cap) and one below (never applied, the coefficient falling)
+ADAPTIVE = [
+    {"entropy_coef": 0.1, "use_adaptive_entropy": True, "entropy_target": 7.0, "entropy_coef_delta": 0.05, "entropy_coef_max": 0.18},
+    {"entropy_coef": 0.1, "use_adaptive_entropy": True, "entropy_target": 6.0, "entropy_coef_delta": 0.04, "entropy_coef_min": 0.05,
+     "top_entropy_quantile": 0.5},
+]
 
 
 def loss_cases():
@@ -220,7 +227,25 @@ def loss_cases():
             if metric in tr._metrics["train"]:
                 out[f"{k}.ratio"] = torch.tensor([tr._metrics["train"][metric][-1]])
             print(f"case {k} {case}: loss {loss.item():.7f}" + (f", {metric} {out[f'{k}.ratio'].item():.4f}" if f"{k}.ratio" in out else ""))
-    save_file(out, os.path.join(OUT, "losses.safetensors"), metadata={"cases": json.dumps(CASES)})
+        # the adaptive entropy coefficient over three steps of the same rows (each call its own optimizer step, no update
+        # between): ADAPTIVE's settings, each step's loss and the coefficient after it
+        for k, case in enumerate(ADAPTIVE):
+            tr = trainer_for(policy, models["ref"], tok, "dapo", os.path.join(tmp, f"a{k}"), **case)
+            for name in ("ref", "old"):
+                add_fused_lm_head(models[name], temperature=tr.temperature)
+            inputs = {"prompt_ids": prompts, "prompt_mask": torch.ones_like(prompts), "completion_ids": completion,
+                      "completion_mask": mask, "advantages": advantages, "num_items_in_batch": mask.sum()}
+            with torch.no_grad():
+                inputs["ref_per_token_logps"], _, _ = tr._get_per_token_logps_and_entropies(models["ref"], ids, att, C)
+                inputs["old_per_token_logps"], _, _ = tr._get_per_token_logps_and_entropies(models["old"], ids, att, C)
+            losses, coefs = [], []
+            for _ in range(3):
+                policy.train()
+                losses.append(tr._compute_loss(policy, inputs).item())
+                coefs.append(tr.entropy_coef)
+            out[f"adaptive{k}.loss"], out[f"adaptive{k}.coef"] = torch.tensor(losses), torch.tensor(coefs)
+            print(f"adaptive {k} {case}: losses {losses}, coefficients {coefs}")
+    save_file(out, os.path.join(OUT, "losses.safetensors"), metadata={"cases": json.dumps(CASES), "adaptive": json.dumps(ADAPTIVE)})
 
 
 if __name__ == "__main__":

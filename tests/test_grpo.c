@@ -263,6 +263,70 @@ static void check_cases(const char *dir) {
     dt_safetensors_close(f);
 }
 
+/* The adaptive entropy coefficient (losses.safetensors' "adaptive" settings): three steps of the same rows, each step's
+ * loss and the coefficient after it TRL's. */
+static void check_adaptive(const char *dir) {
+    char path[600], what[160], detail[300] = "";
+    snprintf(path, sizeof path, "%s/grpo/losses.safetensors", dir);
+    dt_safetensors *f = NULL;
+    cJSON *cases = NULL;
+    dt_program *p = NULL, *ref = NULL;
+    dt_status st = dt_safetensors_open(path, &f);
+    if (!st) st = fixture_settings(f, path, "adaptive", &cases);
+    if (!st) st = dt_program_create(&cfg, &p);
+    if (!st) st = dt_program_create(&cfg, &ref);
+    if (!st) st = load(ref, dir, "ref");
+    if (!st) st = rows(false);
+    double worst_l = 0, worst_c = 0;
+    int k = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cases) {
+        dt_grpo_config gc;
+        bool tools;
+        dt_grpo *g = NULL;
+        float losses[3], coefs[3], ignored;
+        int three = 3;
+        char key[48];
+        case_config(c, &gc, &tools);
+        gc.adaptive = 1, gc.ent_target = fixture_number(c, "entropy_target"), gc.ent_delta = fixture_number(c, "entropy_coef_delta");
+        if (!isnan(fixture_number(c, "entropy_coef_max"))) gc.ent_max = fixture_number(c, "entropy_coef_max");
+        if (!isnan(fixture_number(c, "entropy_coef_min"))) gc.ent_min = fixture_number(c, "entropy_coef_min");
+        if (!st) st = dt_grpo_create(&gc, R, T, &g);
+        if (!st) st = dt_grpo_attach(g, p);
+        if (!st) st = dt_grpo_attach(g, ref);
+        if (!st) dt_grpo_begin(g, adv, 1.0 / ntokens), dt_grpo_restart(g, DT_GRPO_RECORD_REF), st = pass(ref, 0, R, 0, &ignored);
+        if (!st && !(st = load(p, dir, "old"))) dt_grpo_restart(g, DT_GRPO_RECORD_OLD), st = pass(p, 0, R, 0, &ignored);
+        if (!st) st = load(p, dir, "policy");
+        snprintf(key, sizeof key, "adaptive%d.loss", k);
+        if (!st) st = dt_safetensors_read(f, key, 1, &three, 0, losses);
+        snprintf(key, sizeof key, "adaptive%d.coef", k);
+        if (!st) st = dt_safetensors_read(f, key, 1, &three, 0, coefs);
+        double s[DT_GRPO_NSTATS];
+        if (g) dt_grpo_stats(g, s, true); /* (the recording passes are not TRL's steps here) */
+        for (int step = 0; !st && step < 3; step++) {
+            float loss = 0;
+            dt_grpo_restart(g, DT_GRPO_TRAIN);
+            st = pass(p, 0, R, 0, &loss);
+            dt_grpo_stats(g, s, true);
+            dt_grpo_adapt(g, s[DT_GRPO_BONUS_ENTROPY], s[DT_GRPO_BONUS_TOKENS]);
+            double el = fabs(loss - losses[step]) / fmax(fabs(losses[step]), 0.1), ec = fabs(dt_grpo_entropy_coef(g) - coefs[step]);
+            if (el > 1e-5 || ec > 1e-6)
+                printf("   case %d step %d: loss %.7f against TRL's %.7f, coefficient %.4f against %.4f\n", k, step + 1, loss, losses[step],
+                       dt_grpo_entropy_coef(g), coefs[step]);
+            worst_l = fmax(worst_l, el), worst_c = fmax(worst_c, ec);
+        }
+        dt_grpo_destroy(g);
+        k++;
+    }
+    snprintf(what, sizeof what, "--grpo-adaptive-entropy: %d runs of 3 steps, each step's loss and coefficient TRL's", k);
+    snprintf(detail, sizeof detail, "worst loss %.1e, coefficient %.1e", worst_l, worst_c);
+    if (!st) check(what, k >= 2 && worst_l <= 1e-5 && worst_c <= 1e-6, detail);
+    else printf("FAIL grpo adaptive: %s\n", dt_last_error()), failed++;
+    cJSON_Delete(cases);
+    dt_program_destroy(p), dt_program_destroy(ref);
+    dt_safetensors_close(f);
+}
+
 /* The rules, a program's answers, the lines it reads, and its failures. */
 static void check_rewards(void) {
     const char *prompts[3] = { "Say \"hi\"", "p", "q" }, *texts[3] = { "the LORD and the LORD", "no\nlord here \xff", "LORD" };
@@ -333,6 +397,7 @@ int main(int argc, char **argv) {
     check_kind(dir, DT_GRPO_LOSS_GRPO, "plain", NULL, 1);
     check_kind(dir, DT_GRPO_LOSS_GRPO, "clip", "old", 0);
     check_cases(dir);
+    check_adaptive(dir);
     /* a tool's results in the completions (--grpo-tools' rows): out of the loss and of dapo's token count */
     if ((st = rows(true))) { printf("FAIL: %s\n", dt_last_error()); return 1; }
     check_kind(dir, DT_GRPO_LOSS_DAPO, "tools", NULL, 0);

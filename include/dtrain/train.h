@@ -58,6 +58,11 @@ typedef struct {
     double off_policy;        /* --grpo-off-policy-mask D (TRL's off_policy_mask_threshold, DeepSeek-V3.2's; 0: off): a
                                * completion of negative advantage whose mean log pi_old - log pi over its tokens is
                                * above D leaves the policy term */
+    int adaptive;             /* --grpo-adaptive-entropy H[,D[,MIN,MAX]] (TRL's use_adaptive_entropy, Skywork-OR1's): the
+                               * bonus's coefficient (from entropy_coef) applied only while the last step's entropy over
+                               * every rank's bonus tokens was at most H, and moved by D (0.005) toward it each step,
+                               * within [MIN, MAX] ([0, 1]) */
+    double ent_target, ent_delta, ent_min, ent_max;
     double entropy_coef;      /* --grpo-entropy-coef X (TRL's entropy_coef, 0): the loss less X times the micro-batch's
                                * mean entropy over the tokens its policy term reads (an exploration bonus) */
     dt_grpo_loss loss;        /* --grpo-loss (dapo, TRL's default) */
@@ -439,10 +444,12 @@ float dt_dpo_token_loss(void *ctx, const dt_token_rows *r, float *dce);
  * reference's log-probabilities (loss 0), DT_GRPO_RECORD_OLD trains and records pi_old (the rollout's first pass),
  * DT_GRPO_TRAIN trains against the recorded pi_old. Statistics since the last clear: completion tokens, the sum of
  * their KL estimates, the ratios the clipping stopped and how many ratios there were (tokens, or completions with
- * --grpo-importance-sampling sequence; TRL's clip_ratio counts so), the sum of their entropies. */
+ * --grpo-importance-sampling sequence; TRL's clip_ratio counts so), the sum of their entropies; the entropy bonus's
+ * tokens' entropies and count (its adaptive coefficient's window). */
 typedef struct dt_grpo dt_grpo;
 enum { DT_GRPO_TRAIN = 0, DT_GRPO_RECORD_OLD, DT_GRPO_RECORD_REF };
-enum { DT_GRPO_TOKENS, DT_GRPO_KL, DT_GRPO_CLIPPED, DT_GRPO_CLIP_UNITS, DT_GRPO_ENTROPY, DT_GRPO_NSTATS };
+enum { DT_GRPO_TOKENS, DT_GRPO_KL, DT_GRPO_CLIPPED, DT_GRPO_CLIP_UNITS, DT_GRPO_ENTROPY, DT_GRPO_BONUS_ENTROPY, DT_GRPO_BONUS_TOKENS,
+       DT_GRPO_NSTATS };
 void dt_grpo_defaults(dt_grpo_config *c);
 dt_status dt_grpo_loss_parse(const char *s, dt_grpo_loss *out);
 const char *dt_grpo_loss_name(dt_grpo_loss k);
@@ -468,6 +475,11 @@ float dt_grpo_token_loss(void *ctx, const dt_token_rows *r, float *dce);
 dt_status dt_grpo_attach(dt_grpo *g, dt_program *p);
 /* The ranks whose micro-batches an entropy quantile reads together (TRL gathers them; NULL, the default: this one). */
 void dt_grpo_set_comm(dt_grpo *g, dt_comm *c);
+/* After a step with --grpo-adaptive-entropy: the coefficient moved by the step's entropy over the bonus's tokens (sum
+ * and count over every rank: DT_GRPO_BONUS_ENTROPY, DT_GRPO_BONUS_TOKENS) and that entropy kept for the next step's
+ * gate. dt_grpo_entropy_coef: the coefficient the bonus has now (entropy_coef's, or the adaptive one). */
+void dt_grpo_adapt(dt_grpo *g, double entropy_sum, double tokens);
+double dt_grpo_entropy_coef(const dt_grpo *g);
 
 /* A completion's reward (train/reward.c), from --reward SPEC: contains:WORD (1 when the completion holds WORD, else
  * 0), count:WORD (how many times), or cmd:COMMAND, a program started once (sh -c) that reads one JSON line a

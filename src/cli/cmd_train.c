@@ -125,6 +125,9 @@ static void usage(FILE *f) {
             "                     above D keeps only its KL term (DeepSeek-V3.2's; TRL's off_policy_mask_threshold)\n"
             "  --grpo-entropy-coef X  the loss less X times the micro-batch's mean entropy over those tokens\n"
             "                     (TRL's entropy_coef: an exploration bonus; 0)\n"
+            "  --grpo-adaptive-entropy H[,D[,MIN,MAX]]  the bonus only while the last step's entropy was at most H,\n"
+            "                     its coefficient moved by D (0.005) toward it each step within [MIN, MAX] ([0, 1])\n"
+            "                     (TRL's use_adaptive_entropy, entropy_target, entropy_coef_delta, _min, _max)\n"
             "  --grpo-iterations N (1: steps a rollout trains, TRL's num_iterations)\n"
             "  --grpo-tools cmd:COMMAND  a completion's tool calls (by the chat template's form; the tools in its\n"
             "                     prompt's line) run by COMMAND (one {\"name\", \"arguments\", \"completion\": its number}\n"
@@ -340,7 +343,7 @@ static const dt_cli_flag flags[] = {
     { "--strategy", "single, ddp, zero1, zero2 or zero3" }, { "--zero", "1, 2 or 3" }, { "--metrics", "a file path" }, { "--tensorboard", "a folder" },
     { "--trace", "a file path (FILE.json)" }, { "--trace-steps", "A:B, the first and last step to trace" },
     { "--report", "a directory" }, { "--config", "a JSON file" },
-    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--lora-dropout", "a probability from 0 to 0.999" }, { "--dpo-beta", "a number from 1e-6 to 1e6" }, { "--dpo-loss", "sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, sppo_hard, apo_zero, apo_down, discopop, sft, sigmoid_norm, aot or aot_unpaired, comma-separated" }, { "--dpo-loss-weights", "numbers, comma-separated, one a --dpo-loss kind" }, { "--dpo-label-smoothing", "a number from 0 to 0.999" }, { "--dpo-discopop-tau", "a number from 1e-6 to 1e6" }, { "--dpo-f-divergence", "reverse_kl, forward_kl, js_divergence or alpha_divergence" }, { "--dpo-f-alpha", "a number from 1e-6 to 1000" }, { "--dpo-ld-alpha", "a number from 0 to 1" }, { "--dpo-wpo", "" }, { "--grpo", "a prompts file (.jsonl of {\"prompt\": text}, or one a line)" }, { "--reward", "contains:WORD, count:WORD or cmd:COMMAND (once a function, at most 8)" }, { "--reward-weights", "numbers, comma-separated, one a --reward" }, { "--chat-template-kwargs", "a JSON object" }, { "--grpo-loss", "dapo, grpo, dr_grpo, bnpo, cispo, sapo, luspo or vespo" }, { "--grpo-scale-rewards", "group, batch or none" }, { "--grpo-importance-sampling", "token or sequence" }, { "--grpo-epsilon-high", "a number from 1e-6 to 1000" }, { "--grpo-delta", "a number from 1e-6 to 1e6" }, { "--grpo-top-entropy-quantile", "a number from 0 to 1" }, { "--grpo-entropy-coef", "a number from -1000 to 1000" }, { "--grpo-off-policy-mask", "a number from 1e-9 to 1e6" }, { "--grpo-vespo", "four positive numbers, comma-separated: k and lambda for advantages at or above 0, then below" }, { "--grpo-sapo-temperature-pos", "a number from 1e-6 to 1e6" }, { "--grpo-sapo-temperature-neg", "a number from 1e-6 to 1e6" }, { "--grpo-mask-truncated", "" }, { "--grpo-kl", "corrected or plain" },
+    { "--lora-rank", "a whole number from 1 to 65536" }, { "--lora-alpha", "a number from 1e-6 to 1e6" }, { "--lora-dropout", "a probability from 0 to 0.999" }, { "--dpo-beta", "a number from 1e-6 to 1e6" }, { "--dpo-loss", "sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair, sppo_hard, apo_zero, apo_down, discopop, sft, sigmoid_norm, aot or aot_unpaired, comma-separated" }, { "--dpo-loss-weights", "numbers, comma-separated, one a --dpo-loss kind" }, { "--dpo-label-smoothing", "a number from 0 to 0.999" }, { "--dpo-discopop-tau", "a number from 1e-6 to 1e6" }, { "--dpo-f-divergence", "reverse_kl, forward_kl, js_divergence or alpha_divergence" }, { "--dpo-f-alpha", "a number from 1e-6 to 1000" }, { "--dpo-ld-alpha", "a number from 0 to 1" }, { "--dpo-wpo", "" }, { "--grpo", "a prompts file (.jsonl of {\"prompt\": text}, or one a line)" }, { "--reward", "contains:WORD, count:WORD or cmd:COMMAND (once a function, at most 8)" }, { "--reward-weights", "numbers, comma-separated, one a --reward" }, { "--chat-template-kwargs", "a JSON object" }, { "--grpo-loss", "dapo, grpo, dr_grpo, bnpo, cispo, sapo, luspo or vespo" }, { "--grpo-scale-rewards", "group, batch or none" }, { "--grpo-importance-sampling", "token or sequence" }, { "--grpo-epsilon-high", "a number from 1e-6 to 1000" }, { "--grpo-delta", "a number from 1e-6 to 1e6" }, { "--grpo-top-entropy-quantile", "a number from 0 to 1" }, { "--grpo-entropy-coef", "a number from -1000 to 1000" }, { "--grpo-off-policy-mask", "a number from 1e-9 to 1e6" }, { "--grpo-adaptive-entropy", "a target entropy, then optionally its step (above 0), then a least and a most coefficient (0 <= MIN <= MAX), comma-separated" }, { "--grpo-vespo", "four positive numbers, comma-separated: k and lambda for advantages at or above 0, then below" }, { "--grpo-sapo-temperature-pos", "a number from 1e-6 to 1e6" }, { "--grpo-sapo-temperature-neg", "a number from 1e-6 to 1e6" }, { "--grpo-mask-truncated", "" }, { "--grpo-kl", "corrected or plain" },
     { "--grpo-group", "a whole number from 2 to 4096" }, { "--grpo-iterations", "a whole number from 1 to 1000" }, { "--grpo-tool-turns", "a whole number from 0 to 1000000" }, { "--grpo-tools", "cmd:COMMAND or proc:COMMAND" }, { "--grpo-beta", "a number from 0 to 1e6" }, { "--grpo-epsilon", "a number from 0 to 1e3" },
     { "--completion-tokens", "a whole number from 1 to 1e6" }, { "--temperature", "a number from 0 to 100" }, { "--top-k", "a whole number from 0 (all) to 2^30" }, { "--top-p", "a number above 0 and at most 1" },
     { "--lora-targets", "module names, comma-separated (c_attn,c_proj; q_proj,v_proj)" },
@@ -500,7 +503,14 @@ static int run_flag(const char *f, const char *v, dt_train_config *c) {
     else if (!strcmp(f, "--dpo-loss")) ok = !dt_dpo_losses_parse(v, &c->dpo);
     else if (!strcmp(f, "--dpo-loss-weights")) ok = (c->dpo.nweights = dt_cli_numbers(v, c->dpo.weight, DT_DPO_MAX_LOSSES)) > 0;
     else if (!strcmp(f, "--dpo-f-divergence")) ok = !dt_dpo_divergence_parse(v, &c->dpo);
-    else if (!strcmp(f, "--grpo-vespo")) {
+    else if (!strcmp(f, "--grpo-adaptive-entropy")) { /* H[,DELTA[,MIN,MAX]] */
+        double x[4];
+        int n = dt_cli_numbers(v, x, 4);
+        dt_grpo_config *g = &c->grpo;
+        ok = (n == 1 || n == 2 || n == 4) && (n < 2 || x[1] > 0) && (n < 4 || (x[2] >= 0 && x[2] <= x[3]));
+        if (ok) g->adaptive = 1, g->ent_target = x[0], g->ent_delta = n > 1 ? x[1] : g->ent_delta;
+        if (ok && n == 4) g->ent_min = x[2], g->ent_max = x[3];
+    } else if (!strcmp(f, "--grpo-vespo")) {
         double *k = c->grpo.vespo;
         ok = dt_cli_numbers(v, k, 4) == 4 && k[0] > 0 && k[1] > 0 && k[2] > 0 && k[3] > 0;
     }

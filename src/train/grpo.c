@@ -37,12 +37,13 @@ struct dt_grpo {
     int mode;           /* DT_GRPO_TRAIN, DT_GRPO_RECORD_OLD or DT_GRPO_RECORD_REF */
     double token_scale; /* dapo's weight of every token */
     dt_comm *comm;      /* the ranks an entropy quantile gathers (NULL: this one) */
+    double coef, last;  /* the entropy bonus's coefficient now, and (adaptive) the last step's entropy: +inf before one */
     double stats[DT_GRPO_NSTATS];
 };
 
 void dt_grpo_defaults(dt_grpo_config *c) {
     *c = (dt_grpo_config){ .group = 8, .iterations = 1, .beta = 0.04, .epsilon = 0.2, .temperature = 1.0f, .top_entropy = 1,
-                           .loss = DT_GRPO_LOSS_DAPO };
+                           .loss = DT_GRPO_LOSS_DAPO, .ent_target = 0.2, .ent_delta = 0.005, .ent_max = 1 }; /* (TRL's) */
 }
 
 static const char *const loss_names[DT_GRPO_NLOSSES] = { "dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo" };
@@ -71,6 +72,7 @@ dt_status dt_grpo_create(const dt_grpo_config *c, int rows, int T, dt_grpo **out
     if (g) g->adv = calloc((size_t)rows, sizeof(float)), g->ref = calloc(n, sizeof(float)), g->old = calloc(n, sizeof(float));
     if (!g || !g->adv || !g->ref || !g->old) { dt_grpo_destroy(g); return dt_error(DT_ERR_NOMEM, "grpo: out of memory for %d rows", rows); }
     g->c = *c, g->rows = rows, g->T = T;
+    g->coef = c->entropy_coef, g->last = INFINITY; /* (TRL's: no bonus before a step has measured the entropy) */
     if (g->c.epsilon_high == 0) g->c.epsilon_high = g->c.epsilon; /* (TRL's: epsilon_high None) */
     if (g->c.sapo_pos == 0) g->c.sapo_pos = 1.0;
     if (g->c.sapo_neg == 0) g->c.sapo_neg = 1.05;
@@ -230,6 +232,15 @@ static double row_loss(dt_grpo *g, int i, int T, const float *ce, const int32_t 
 
 void dt_grpo_set_comm(dt_grpo *g, dt_comm *c) { g->comm = c; }
 
+double dt_grpo_entropy_coef(const dt_grpo *g) { return g->coef; }
+
+void dt_grpo_adapt(dt_grpo *g, double entropy_sum, double tokens) {
+    if (!g->c.adaptive) return;
+    double h = entropy_sum / (tokens > 1 ? tokens : 1);
+    g->coef = h <= g->c.ent_target ? fmin(g->coef + g->c.ent_delta, g->c.ent_max) : fmax(g->coef - g->c.ent_delta, g->c.ent_min);
+    g->last = h;
+}
+
 dt_status dt_grpo_attach(dt_grpo *g, dt_program *p) {
     dt_status st = dt_program_set_token_loss(p, dt_grpo_token_loss, g, true); /* (the entropies: the metrics', the mask's, the bonus's) */
     return st ? st : dt_program_set_logit_temperature(p, g->c.temperature > 0 ? g->c.temperature : 1.0f); /* (greedy: at 1) */
@@ -237,16 +248,19 @@ dt_status dt_grpo_attach(dt_grpo *g, dt_program *p) {
 
 /* The (1 - top_entropy) quantile of the scored tokens' entropies of a micro-batch (every rank's of g's comm), by
  * torch.quantile's linear interpolation; +inf where there are none (no token's policy term counts); NaN: failed. */
-/* The entropy bonus: minus entropy_coef times the micro-batch's mean entropy over the tokens the policy term reads (its
- * scored tokens at or above the quantile's threshold thr), its gradient by each entropy into r->dentropy (TRL's: the
- * mean per device, not gathered; the engine averages the passes as TRL's accumulation divides them). */
-static double entropy_bonus(const dt_grpo *g, const dt_token_rows *r, double thr) {
+/* The entropy bonus: minus its coefficient times the micro-batch's mean entropy over the tokens the policy term reads
+ * (its scored tokens at or above the quantile's threshold thr), its gradient by each entropy into r->dentropy (TRL's:
+ * the mean per device, not gathered; the engine averages the passes as TRL's accumulation divides them). Adaptive: the
+ * coefficient applies only while the last step's entropy was at most the target, and the tokens are counted for the
+ * next move. */
+static double entropy_bonus(dt_grpo *g, const dt_token_rows *r, double thr) {
     size_t BT = (size_t)r->B * (size_t)r->T;
-    double sum = 0, n = 0;
+    double sum = 0, n = 0, coef = g->c.adaptive && !(g->last <= g->c.ent_target) ? 0 : g->coef;
     for (size_t k = 0; k < BT; k++)
         if (r->targets[k] != DT_IGNORE_INDEX && in_top(r->entropy[k], thr)) sum += r->entropy[k], n += 1;
-    double w = -g->c.entropy_coef / (n > 1 ? n : 1);
-    for (size_t k = 0; k < BT; k++)
+    g->stats[DT_GRPO_BONUS_ENTROPY] += sum, g->stats[DT_GRPO_BONUS_TOKENS] += n;
+    double w = -coef / (n > 1 ? n : 1);
+    for (size_t k = 0; w != 0 && k < BT; k++)
         if (r->targets[k] != DT_IGNORE_INDEX && in_top(r->entropy[k], thr)) r->dentropy[k] = (float)w;
     return w * sum;
 }
@@ -282,6 +296,6 @@ float dt_grpo_token_loss(void *ctx, const dt_token_rows *r, float *dce) {
         for (int t = 0; t < T; t++) n += targets[in + t] != DT_IGNORE_INDEX;
         loss += row_loss(g, row0 + b, T, ce + in, targets + in, r->entropy + in, thr, dce + in, token_weight(g, n, B, mb), n);
     }
-    if (train && g->c.entropy_coef != 0) loss += entropy_bonus(g, r, thr);
+    if (train && (g->c.entropy_coef != 0 || g->c.adaptive)) loss += entropy_bonus(g, r, thr);
     return g->mode == DT_GRPO_RECORD_REF ? 0 : (float)loss;
 }

@@ -122,7 +122,10 @@ static void settings_text(const dt_grpo_config *g, char *more, size_t cap) {
         n += (size_t)snprintf(more + n, cap - n, ", rewards scaled by %s", g->scale == DT_GRPO_SCALE_BATCH ? "the batch" : "nothing");
     if (n < cap && g->mask_truncated) n += (size_t)snprintf(more + n, cap - n, ", truncated completions left out");
     if (n < cap && g->top_entropy < 1) n += (size_t)snprintf(more + n, cap - n, ", the policy term of the top %g of tokens by entropy", g->top_entropy);
-    if (n < cap && g->entropy_coef != 0) n += (size_t)snprintf(more + n, cap - n, ", an entropy bonus of %g", g->entropy_coef);
+    if (n < cap && (g->entropy_coef != 0 || g->adaptive)) n += (size_t)snprintf(more + n, cap - n, ", an entropy bonus of %g", g->entropy_coef);
+    if (n < cap && g->adaptive)
+        n += (size_t)snprintf(more + n, cap - n, " (adaptive: while the entropy is at most %g, moved by %g within [%g, %g])", g->ent_target, g->ent_delta,
+                              g->ent_min, g->ent_max);
     if (n < cap && g->off_policy > 0) snprintf(more + n, cap - n, ", off-policy completions masked above %g", g->off_policy);
 }
 
@@ -392,14 +395,16 @@ dt_status dt_train_grpo_stats(run *r, dt_grpo_step_stats *out) {
     gr->stats[S_CLIP_UNITS] = loss_stats[DT_GRPO_CLIP_UNITS]; /* (tokens, or completions at the sequence level) */
     gr->stats[S_LOSS_TOKENS] = loss_stats[DT_GRPO_TOKENS]; /* the tokens the loss saw (= the rollout's) */
     gr->stats[S_ENTROPY] = loss_stats[DT_GRPO_ENTROPY];
+    gr->stats[S_BONUS_ENTROPY] = loss_stats[DT_GRPO_BONUS_ENTROPY], gr->stats[S_BONUS_TOKENS] = loss_stats[DT_GRPO_BONUS_TOKENS];
     float v[S_N];
     for (int i = 0; i < S_N; i++) v[i] = (float)gr->stats[i];
     dt_status st = r->nranks > 1 ? dt_comm_allreduce(r->w, v, v, S_N, DT_F32, DT_SUM) : DT_OK;
     if (st) return st;
     double n = v[S_ROWS], mean = v[S_REWARD] / n, lt = v[S_LOSS_TOKENS];
+    dt_grpo_adapt(gr->g, v[S_BONUS_ENTROPY], v[S_BONUS_TOKENS]); /* (the next step's coefficient: every rank's alike) */
     *out = (dt_grpo_step_stats){
         .reward = mean, .reward_std = sqrt(fmax(0, v[S_REWARD_SQ] / n - mean * mean)), .kl = lt > 0 ? v[S_KL] / lt : 0,
-        .entropy = lt > 0 ? v[S_ENTROPY] / lt : 0,
+        .entropy = lt > 0 ? v[S_ENTROPY] / lt : 0, .entropy_coef = dt_grpo_entropy_coef(gr->g),
         .completion = v[S_GENERATED] / n, .clipped = v[S_CLIP_UNITS] > 0 ? v[S_CLIPPED] / v[S_CLIP_UNITS] : 0,
         .flat = v[S_FLAT_GROUPS] / (n / r->c.grpo.group), .decode_s = v[S_DECODE_S] / r->nranks,
         .rollout_tps = v[S_DECODE_S] > 0 ? v[S_GENERATED] / (v[S_DECODE_S] / r->nranks) : 0, .sample = gr->sample,

@@ -105,6 +105,7 @@ void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s,
         const dt_grpo_step_stats *g = &r->grpo_step;
         json_num(f, "reward", "%.6f", g->reward), json_num(f, "reward_std", "%.6f", g->reward_std), json_num(f, "kl", "%.6g", g->kl);
         json_num(f, "entropy", "%.6f", g->entropy);
+        if (r->c.grpo.entropy_coef != 0 || r->c.grpo.adaptive) json_num(f, "entropy_coef", "%.6g", g->entropy_coef); /* (the next step's) */
         json_num(f, "completion_len", "%.2f", g->completion), json_num(f, "clip_ratio", "%.6f", g->clipped);
         json_num(f, "frac_reward_zero_std", "%.4f", g->flat), json_num(f, "rollout_s", "%.3f", g->decode_s);
         json_num(f, "rollout_tok_per_s", "%.1f", g->rollout_tps);
