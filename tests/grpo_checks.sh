@@ -79,6 +79,14 @@ grep -q "TRL's vespo loss, .*, off-policy completions masked above 0.001" "$dir/
 run_metrics bonus --batch 8 --grad-accum 2 --steps 10 --grpo-entropy-coef 2 &&
     run_metrics bonusddp --batch 8 --nproc 2 --steps 10 --grpo-entropy-coef 2 &&
     alike "--grpo-entropy-coef 2: DDP 2 against 2 micro-batches" bonus bonusddp apart
+# adaptive: the coefficient moves by every rank's entropy (the byte model's 5.5 nats, below the target 6: it rises)
+ad=(--steps 10 --grpo-entropy-coef 0.5 --grpo-adaptive-entropy 6,0.1,0,1.2)
+run_metrics adapt --batch 8 --grad-accum 2 "${ad[@]}" && run_metrics adaptddp --batch 8 --nproc 2 "${ad[@]}" &&
+    alike "--grpo-adaptive-entropy 6,0.1,0,1.2: DDP 2 against 2 micro-batches" adapt adaptddp apart
+coefs=$(field entropy_coef "$dir/adaptddp.jsonl" | tr '\n' ' ')
+[ "$(field entropy_coef "$dir/adaptddp.jsonl" | head -3 | tr '\n' ' ')" = "0.6 0.7 0.8 " ] &&
+    [ "$(field entropy_coef "$dir/adaptddp.jsonl" | tail -1)" = 1.2 ] && ok "the coefficient rises by 0.1 a step to its cap: $coefs" ||
+    fail "the adaptive coefficient: $coefs"
 e0=$(field entropy "$dir/acc.jsonl" | tail -1) e1=$(field entropy "$dir/bonus.jsonl" | tail -1)
 awk "BEGIN{exit !($e1 > $e0)}" && ok "the bonus keeps the entropy higher: step 10's $e1 against $e0 without it" ||
     fail "the entropy bonus: step 10's entropy $e1 against $e0 without it"
