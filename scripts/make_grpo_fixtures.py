@@ -18,7 +18,8 @@ Writes tests/fixtures/grpo/:
                         their tokens 0: TRL's tool_mask, taken out of the loss and of its token count)
   losses.safetensors  TRL's other loss settings (CASES: epsilon_high, delta, sequence-level ratios, bnpo, cispo, sapo,
                       luspo, temperature, top_entropy_quantile, entropy_coef, vespo, off_policy_mask_threshold), each from pi_old's log-probabilities: "<k>.loss", "<k>.grad.<name>" of two tensors,
-                      "<k>.ratio"; "adv_batch" and "adv_none" (scale_rewards "batch" and "none"); the cases in its
+                      "<k>.ratio"; "adv_batch" and "adv_none" (scale_rewards "batch" and "none"), "adv_gdpo" (normalize_then_sum
+                      with a second function, "rewards2", at weights 1 and 0.5); the cases in its
                       metadata (`make_grpo_fixtures.py cases` writes it alone, from the three models' files)
 Every prompt has the same length: TRL left-pads prompts and Llama then reads positions shifted by the padding (the
 same attention under rotary positions, up to rounding); dtrain's rows start each at position 0.
@@ -42,7 +43,8 @@ OUT = os.path.join(HERE, "..", "tests", "fixtures", "grpo")
 G, PROMPTS, P, C, MAXC = 4, 2, 6, 9, 12  # group, prompts, prompt tokens, completion tokens held, dr_grpo's constant
 BETA = 0.04
 REWARDS = [1.0, 0.0, 0.0, 1.0, 0.5, 0.2, 0.9, 0.1]
-LENGTHS = [9, 4, 7, 9, 2, 9, 5, 8]  # tokens of each completion, its end-of-text token last where shorter than C
+LENGTHS = [9, 4, 7, 9, 2, 9, 5, 8]
+REWARDS2, GDPO_WEIGHTS = [0.0, 3.0, 1.0, 2.0, 2.0, 2.0, 0.5, 4.0], [1.0, 0.5]  # a second reward function (GDPO's case)  # tokens of each completion, its end-of-text token last where shorter than C
 
 
 def trainer_for(policy, ref, tok, loss_type, tmp, **extra):
@@ -202,6 +204,13 @@ def loss_cases():
     mean = rewards.view(-1, G).mean(1).repeat_interleave(G)
     out["adv_batch"] = ((rewards - mean) / (nanstd(rewards) + 1e-4)).float().contiguous()
     out["adv_none"] = (rewards - mean).float().contiguous()
+    # GDPO's normalize_then_sum with a second function (REWARDS2) at weights GDPO_WEIGHTS, as
+    # _generate_and_score_completions' branch makes it
+    per_func = torch.stack([rewards, torch.tensor(REWARDS2)], dim=1).view(-1, G, 2)
+    mean_k, std_k = torch.nanmean(per_func, dim=1, keepdim=True), nanstd(per_func, dim=1, keepdim=True)
+    summed = (((per_func - mean_k) / (std_k + 1e-4)).view(-1, 2) * torch.tensor(GDPO_WEIGHTS).unsqueeze(0)).nansum(dim=1)
+    out["rewards2"] = torch.tensor(REWARDS2).float().contiguous()
+    out["adv_gdpo"] = ((summed - torch.nanmean(summed)) / (nanstd(summed) + 1e-4)).float().contiguous()
     policy = models["policy"]
     with tempfile.TemporaryDirectory() as tmp:
         for k, case in enumerate(CASES):

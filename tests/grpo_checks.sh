@@ -105,6 +105,10 @@ run_metrics cmd --batch 16 --steps 10 --reward "cmd:sed -e 's/.*\"completion\": 
 # (its losses exactly); contains:e and count:e at 1 and 0.25 log each one's mean (reward_1, reward_2), whose weighted
 # sum is the reward
 run_metrics two --batch 16 --steps 10 --reward contains:e --reward contains:e --reward-weights 0.5,0.5 && same "--reward twice at 0.5 each" two
+# GDPO's normalize_then_sum: each function in its group, their sum over every rank's completions: DDP 2 as one process
+gd=(--steps 10 --reward contains:e --reward count:e --reward-weights 1,0.25 --grpo-multi-objective normalize_then_sum)
+run_metrics gdpo --batch 16 "${gd[@]}" && run_metrics gdpoddp --batch 8 --nproc 2 "${gd[@]}" &&
+    alike "--grpo-multi-objective normalize_then_sum (GDPO), two functions: DDP 2" gdpo gdpoddp apart
 run_metrics mix --batch 16 --steps 3 --reward contains:e --reward count:e --reward-weights 1,0.25
 sums=$(paste <(field reward "$dir/mix.jsonl") <(field reward_1 "$dir/mix.jsonl") <(field reward_2 "$dir/mix.jsonl") |
        awk '{ d = $1 - ($2 + 0.25 * $3); if (d < 0) d = -d; if (d > 1e-5 || $3 < $2) bad = 1 } END { print NR == 3 && !bad }')
@@ -125,6 +129,7 @@ awk -v a="${r[*]:0:10}" -v b="${r[*]:30:10}" 'BEGIN{n=split(a,x," "); split(b,y,
     fail "the reward did not rise: ${r[*]:-none}"
 refused "tensor parallelism" "not with tensor, pipeline or context parallelism" --nproc 2 --tp 2
 refused "ZeRO-3" "not with zero3" --nproc 2 --zero 3
+refused "GDPO with the batch's scaling" "scaled over the whole batch already" --grpo-multi-objective normalize_then_sum --grpo-scale-rewards batch
 refused "a vespo shape of three numbers" "--grpo-vespo" --grpo-loss vespo --grpo-vespo 1,2,3
 refused "LoRA" "not with LoRA" --lora-rank 4
 refused "--data beside --grpo" "not with --data" --data "$dir/prompts.txt"

@@ -257,6 +257,20 @@ static void check_cases(const char *dir) {
         snprintf(what, sizeof what, "the advantages by scale_rewards \"%s\" are TRL's", b ? "none" : "batch");
         if (!st) check(what, rel_err(got, want, R) <= 1e-6, detail);
     }
+    /* GDPO's normalize_then_sum: a second function's rewards at weight 0.5, each normalized in its group first */
+    float r2[R], sum[R];
+    float *each[2] = { rewards, r2 };
+    if (!st) st = dt_safetensors_read(pol, "rewards", 1, dims, 0, rewards);
+    if (!st) st = dt_safetensors_read(f, "rewards2", 1, dims, 0, r2);
+    if (!st) st = dt_safetensors_read(f, "adv_gdpo", 1, dims, 0, want);
+    if (!st) {
+        double s1 = 0, s2 = 0;
+        dt_grpo_decoupled_rewards(each, (const double[]){ 1.0, 0.5 }, 2, R, G, sum);
+        for (int i = 0; i < R; i++) s1 += sum[i], s2 += sum[i] * (double)sum[i];
+        dt_grpo_batch_advantages(sum, R, s1 / R, dt_grpo_batch_sd(s1, s2, R), got);
+        snprintf(detail, sizeof detail, "worst %.1e", rel_err(got, want, R));
+        check("the advantages by multi_objective_aggregation \"normalize_then_sum\" (GDPO, 2 functions) are TRL's", rel_err(got, want, R) <= 1e-6, detail);
+    }
     if (!st) st = rows(false);
     cJSON_Delete(cases), cJSON_Delete(names);
     dt_program_destroy(p), dt_program_destroy(ref);

@@ -47,6 +47,9 @@ typedef struct {
     double delta;             /* --grpo-delta: two-sided clipping, the unclipped ratio capped at delta (0: none) */
     int sequence;             /* --grpo-importance-sampling sequence: one ratio a completion (GSPO), not a token */
     dt_grpo_scale scale;      /* --grpo-scale-rewards group (TRL's default), batch or none */
+    int decoupled;            /* --grpo-multi-objective normalize_then_sum (TRL's multi_objective_aggregation, GDPO's):
+                               * each reward function normalized in its group before the weighted sum, which is then
+                               * normalized over the whole batch (its mean and standard deviation) */
     int mask_truncated;       /* --grpo-mask-truncated: a completion that did not end is left out of the loss */
     double sapo_pos, sapo_neg; /* sapo's temperatures for positive and other advantages (0: TRL's 1 and 1.05) */
     float temperature;        /* the sampling's (1), the loss's log-probabilities' too (TRL's) */
@@ -461,6 +464,11 @@ dt_status dt_grpo_scale_parse(const char *s, dt_grpo_scale *out);
 void dt_grpo_advantages(const float *rewards, int n, int group, dt_grpo_scale scale, double batch_sd, float *adv);
 /* The standard deviation (Bessel's) of a batch of count rewards from their sum and sum of squares. */
 double dt_grpo_batch_sd(double sum, double sumsq, double count);
+/* GDPO's rewards (normalize_then_sum) of n completions in whole groups: each of nfun functions' rewards (each[k][i])
+ * less its group's mean over its group's standard deviation (+ 1e-4), summed by weight; then the advantages: those
+ * less the whole batch's mean (every rank's: mean) over its standard deviation (sd, + 1e-4). */
+void dt_grpo_decoupled_rewards(float *const *each, const double *weight, int nfun, int n, int group, float *out);
+void dt_grpo_batch_advantages(const float *rewards, int n, double mean, double sd, float *adv);
 /* A row of T inputs and targets: the prompt's P tokens, then the completion's C (P + C <= T + 1), the completion's
  * tokens scored (the target of position t is token t + 1) but those mask marks 0 (the tools' results in it, TRL's
  * tool_mask; mask NULL: every one), the rest padding (0, DT_IGNORE_INDEX). */

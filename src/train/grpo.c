@@ -100,6 +100,23 @@ void dt_grpo_advantages(const float *rewards, int n, int group, dt_grpo_scale sc
     }
 }
 
+void dt_grpo_decoupled_rewards(float *const *each, const double *weight, int nfun, int n, int group, float *out) {
+    for (int i = 0; i < n; i++) out[i] = 0;
+    for (int k = 0; k < nfun; k++)
+        for (int g0 = 0; g0 + group <= n; g0 += group) {
+            double mean = 0, var = 0;
+            for (int j = 0; j < group; j++) mean += each[k][g0 + j];
+            mean /= group;
+            for (int j = 0; j < group; j++) var += (each[k][g0 + j] - mean) * (each[k][g0 + j] - mean);
+            double sd = sqrt(var / (group - 1)); /* (Bessel's, as TRL's nanstd) */
+            for (int j = 0; j < group; j++) out[g0 + j] += (float)(weight[k] * ((each[k][g0 + j] - mean) / (sd + 1e-4)));
+        }
+}
+
+void dt_grpo_batch_advantages(const float *rewards, int n, double mean, double sd, float *adv) {
+    for (int i = 0; i < n; i++) adv[i] = (float)((rewards[i] - mean) / (sd + 1e-4));
+}
+
 double dt_grpo_batch_sd(double sum, double sumsq, double count) {
     return count > 1 ? sqrt(fmax(0, (sumsq - sum * sum / count) / (count - 1))) : 0;
 }

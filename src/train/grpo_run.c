@@ -46,6 +46,9 @@ dt_status dt_train_check_grpo(const dt_train_config *c) {
     for (int k = 0; k < c->grpo.nrewards; k++) empty |= !*c->grpo.reward[k];
     if (empty)
         return dt_error(DT_ERR_ARG, "--grpo %s: --reward SPEC is required (contains:WORD, count:WORD or cmd:COMMAND)", c->grpo.prompts);
+    if (c->grpo.decoupled && c->grpo.scale != DT_GRPO_SCALE_GROUP)
+        return dt_error(DT_ERR_ARG, "--grpo-scale-rewards %s with --grpo-multi-objective normalize_then_sum: its sum is scaled over the "
+                        "whole batch already (TRL ignores scale_rewards there)", c->grpo.scale == DT_GRPO_SCALE_BATCH ? "batch" : "none");
     if (c->grpo.nweights && c->grpo.nweights != c->grpo.nrewards)
         return dt_error(DT_ERR_ARG, "--reward-weights: %d weights for %d --reward functions (one each, in their order)", c->grpo.nweights,
                         c->grpo.nrewards);
@@ -118,6 +121,7 @@ static void settings_text(const dt_grpo_config *g, char *more, size_t cap) {
     if (g->epsilon_high > 0) n += (size_t)snprintf(more + n, cap - n, ", epsilon_high %g", g->epsilon_high);
     if (n < cap && g->delta > 0) n += (size_t)snprintf(more + n, cap - n, ", delta %g", g->delta);
     if (n < cap && g->sequence) n += (size_t)snprintf(more + n, cap - n, ", a ratio a completion (GSPO)");
+    if (n < cap && g->decoupled) n += (size_t)snprintf(more + n, cap - n, ", each reward normalized in its group, then their sum over the batch (GDPO)");
     if (n < cap && g->scale != DT_GRPO_SCALE_GROUP)
         n += (size_t)snprintf(more + n, cap - n, ", rewards scaled by %s", g->scale == DT_GRPO_SCALE_BATCH ? "the batch" : "nothing");
     if (n < cap && g->mask_truncated) n += (size_t)snprintf(more + n, cap - n, ", truncated completions left out");
@@ -303,11 +307,15 @@ static dt_status score(run *r, dt_grpo_run *gr) {
         for (int k = 0; k < gr->nrewards; k++) sum += gr->weight[k] * gr->each[k][i];
         gr->rewards[i] = (float)sum;
     }
-    double sums[2] = { 0, 0 }; /* --grpo-scale-rewards batch: the global batch's sum and sum of squares */
-    for (int i = 0; i < gr->rows; i++) sums[0] += gr->rewards[i], sums[1] += gr->rewards[i] * (double)gr->rewards[i];
-    if (!st && r->c.grpo.scale == DT_GRPO_SCALE_BATCH && r->nranks > 1) st = dt_comm_allreduce(r->w, sums, sums, 2, DT_F64, DT_SUM);
-    double sd = dt_grpo_batch_sd(sums[0], sums[1], (double)gr->rows * r->nranks);
-    if (!st) dt_grpo_advantages(gr->rewards, gr->rows, r->c.grpo.group, r->c.grpo.scale, sd, gr->adv);
+    bool gdpo = r->c.grpo.decoupled; /* normalize_then_sum: the advantages from the functions' normalized sum */
+    float *sum = gdpo ? gr->adv : gr->rewards; /* (GDPO's sum kept in adv until its advantages replace it) */
+    if (!st && gdpo) dt_grpo_decoupled_rewards(gr->each, gr->weight, gr->nrewards, gr->rows, r->c.grpo.group, sum);
+    double sums[2] = { 0, 0 }; /* --grpo-scale-rewards batch, GDPO: the global batch's sum and sum of squares */
+    for (int i = 0; i < gr->rows; i++) sums[0] += sum[i], sums[1] += sum[i] * (double)sum[i];
+    if (!st && (gdpo || r->c.grpo.scale == DT_GRPO_SCALE_BATCH) && r->nranks > 1) st = dt_comm_allreduce(r->w, sums, sums, 2, DT_F64, DT_SUM);
+    double count = (double)gr->rows * r->nranks, sd = dt_grpo_batch_sd(sums[0], sums[1], count);
+    if (!st && gdpo) dt_grpo_batch_advantages(sum, gr->rows, sums[0] / count, sd, gr->adv);
+    else if (!st) dt_grpo_advantages(gr->rewards, gr->rows, r->c.grpo.group, r->c.grpo.scale, sd, gr->adv);
     if (!st && r->rank == 0) {
         free(gr->sample);
         gr->sample = dt_utf8_clean(texts[0], lens[0], NULL);
