@@ -93,19 +93,24 @@ dt_status dt_decoder_release(dt_decoder *d);
 
 /* How the next token is drawn: temperature 0 takes the most likely (the
  * lowest id among equals); else softmax(logits / temperature) over the
- * top_k most likely (0: all) and of those the fewest whose probability
- * reaches top_p (1: all). */
+ * top_k most likely (0: all), of those the fewest whose probability
+ * reaches top_p (1: all), and of those the ones at least min_p times as
+ * likely as the most likely (0: all; Hugging Face's order and min_p). */
 typedef struct {
     float temperature;
     int top_k;
     float top_p;
+    float min_p;
 } dt_sampling;
-/* Checks the ranges (temperature >= 0 and finite, top_k >= 0, 0 < top_p <= 1), naming the bad one. */
+/* Checks the ranges (temperature >= 0 and finite, top_k >= 0, 0 < top_p <= 1, 0 <= min_p <= 1), naming the bad one. */
 dt_status dt_sampling_check(const dt_sampling *s);
 /* The next token from logits[V]; rng advanced (only when drawing); scratch
  * of dt_sample_scratch_bytes(V). */
 int32_t dt_sample_token(const float *logits, int V, const dt_sampling *s, uint64_t *rng, void *scratch);
 size_t dt_sample_scratch_bytes(int V);
+/* The tokens a draw at temperature above 0 chooses among (into tokens[V], most likely first where a filter sorted them):
+ * their count. */
+int dt_sample_candidates(const float *logits, int V, const dt_sampling *s, void *scratch, int32_t *tokens);
 
 /* Why a request ended. */
 typedef enum {

@@ -1,6 +1,6 @@
-/* Drawing the next token from a distribution: greedy, temperature, top-k
- * and nucleus (top-p), with the caller's random state (a request's seed
- * gives its text, whatever else runs). */
+/* Drawing the next token from a distribution: greedy, temperature, top-k,
+ * nucleus (top-p) and min-p, with the caller's random state (a request's
+ * seed gives its text, whatever else runs). */
 #include "dtrain/infer.h"
 
 #include <math.h>
@@ -21,7 +21,43 @@ dt_status dt_sampling_check(const dt_sampling *s) {
         return dt_error(DT_ERR_ARG, "temperature %g: expected a finite number >= 0", s->temperature);
     if (s->top_k < 0) return dt_error(DT_ERR_ARG, "top_k %d: expected >= 0 (0: all tokens)", s->top_k);
     if (!(s->top_p > 0 && s->top_p <= 1)) return dt_error(DT_ERR_ARG, "top_p %g: expected a number in (0, 1]", s->top_p);
+    if (!(s->min_p >= 0 && s->min_p <= 1)) return dt_error(DT_ERR_ARG, "min_p %g: expected a number in [0, 1]", s->min_p);
     return DT_OK;
+}
+
+/* The candidates softmax draws from, sorted most likely first where a filter needs the order, into cs: their count;
+ * *mx their largest scaled logit, *sum their sum of exp(logit - mx). */
+static int candidates(const float *l, int V, const dt_sampling *s, cand *cs, float *mx, double *sum) {
+    for (int v = 0; v < V; v++) cs[v] = (cand){ l[v] / s->temperature, v };
+    int keep = s->top_k > 0 && s->top_k < V ? s->top_k : V;
+    if (keep < V || s->top_p < 1 || s->min_p > 0) qsort(cs, (size_t)V, sizeof *cs, by_logit);
+    *mx = -INFINITY;
+    for (int i = 0; i < keep; i++) if (cs[i].logit > *mx) *mx = cs[i].logit;
+    *sum = 0;
+    for (int i = 0; i < keep; i++) *sum += exp(cs[i].logit - *mx);
+    if (s->top_p < 1) { /* the fewest most likely whose probability reaches top_p */
+        double acc = 0;
+        int k = 0;
+        while (k < keep && acc < s->top_p * *sum) acc += exp(cs[k++].logit - *mx);
+        keep = k > 0 ? k : 1;
+        *sum = acc > 0 ? acc : exp(cs[0].logit - *mx);
+    }
+    if (s->min_p > 0) { /* those at least min_p times as likely as the first (p / p_max = exp(l - mx)) */
+        int k = 1;
+        double acc = exp(cs[0].logit - *mx);
+        while (k < keep && exp(cs[k].logit - *mx) >= s->min_p) acc += exp(cs[k++].logit - *mx);
+        keep = k, *sum = acc;
+    }
+    return keep;
+}
+
+int dt_sample_candidates(const float *logits, int V, const dt_sampling *s, void *scratch, int32_t *tokens) {
+    cand *cs = scratch;
+    float mx;
+    double sum;
+    int keep = candidates(logits, V, s, cs, &mx, &sum);
+    for (int i = 0; i < keep; i++) tokens[i] = cs[i].token;
+    return keep;
 }
 
 int32_t dt_sample_token(const float *l, int V, const dt_sampling *s, uint64_t *rng, void *scratch) {
@@ -31,20 +67,9 @@ int32_t dt_sample_token(const float *l, int V, const dt_sampling *s, uint64_t *r
         return next;
     }
     cand *cs = scratch;
-    for (int v = 0; v < V; v++) cs[v] = (cand){ l[v] / s->temperature, v };
-    int keep = s->top_k > 0 && s->top_k < V ? s->top_k : V;
-    if (keep < V || s->top_p < 1) qsort(cs, (size_t)V, sizeof *cs, by_logit);
-    float mx = -INFINITY;
-    for (int i = 0; i < keep; i++) if (cs[i].logit > mx) mx = cs[i].logit;
-    double sum = 0;
-    for (int i = 0; i < keep; i++) sum += exp(cs[i].logit - mx);
-    if (s->top_p < 1) { /* the fewest most likely whose probability reaches top_p */
-        double acc = 0;
-        int k = 0;
-        while (k < keep && acc < s->top_p * sum) acc += exp(cs[k++].logit - mx);
-        keep = k > 0 ? k : 1;
-        sum = acc > 0 ? acc : exp(cs[0].logit - mx);
-    }
+    float mx;
+    double sum;
+    int keep = candidates(l, V, s, cs, &mx, &sum);
     double u = (dt_rng_next(rng) >> 11) / 9007199254740992.0 * sum, acc = 0;
     for (int i = 0; i < keep; i++) {
         acc += exp(cs[i].logit - mx);

@@ -142,8 +142,9 @@ static void say_setup(const run *r, const dt_grpo_run *gr) {
         m += (size_t)snprintf(rewards + m, sizeof rewards - m, "%s%.200s", k ? " + --reward " : "", g->reward[k]);
         if (g->nweights && m < sizeof rewards) m += (size_t)snprintf(rewards + m, sizeof rewards - m, " x %g", g->reward_weight[k]);
     }
-    char nucleus[32] = "";
+    char nucleus[64] = "";
     if (g->top_p > 0 && g->top_p < 1) snprintf(nucleus, sizeof nucleus, ", top-p %g", g->top_p);
+    if (g->min_p > 0) snprintf(nucleus + strlen(nucleus), sizeof nucleus - strlen(nucleus), ", min-p %g", g->min_p);
     printf("GRPO: %d prompts from %s, %d completions each (of at most %d tokens, temperature %g%s%s), %d prompts a step over %d "
            "rank%s, --reward %s; TRL's %s loss, beta %g (the reference: %s), epsilon %g%s, %d iteration%s a rollout\n",
            gr->prompts.n, g->prompts, g->group, g->completion, g->temperature, g->top_k ? ", top-k" : "", nucleus,
@@ -249,7 +250,7 @@ static dt_status decode_pass(run *r, dt_grpo_run *gr, int turn, const int *rows,
         c->seg = c->n;
         if (room <= 0 || left <= 0) continue;
         /* (the first pass's draws as before tools were: five words) */
-        dt_infer_request req = { ctx, P + c->n, left < room ? left : room, { gc->temperature, gc->top_k, gc->top_p > 0 ? gc->top_p : 1.0f },
+        dt_infer_request req = { ctx, P + c->n, left < room ? left : room, { gc->temperature, gc->top_k, gc->top_p > 0 ? gc->top_p : 1.0f, gc->min_p },
                                  dt_hash_words(DT_HASH_INIT, w, turn ? 6 : 5), on_token, NULL, c };
         if (!(st = dt_batcher_add(b, &req))) added++;
     }

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Reference fixture for dtrain's sampling filters, computed by Hugging Face's logits warpers (the oracle): the
+tokens a draw chooses among after TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper and MinPLogitsWarper,
+in the order generate applies them (transformers' _get_logits_processor).
+
+Writes tests/fixtures/sampling/cases.safetensors: "logits" [ROWS, V] (random, no ties), and for case k of CASES (its
+metadata "cases": row, temperature, top_k, top_p, min_p, and kept: how many) "kept.<k>" the kept tokens' ids (int32,
+ascending).
+Run with the baselines' environment (scripts/make-baselines-venv.sh):
+  .venv-baselines/bin/python scripts/make_sampling_fixture.py
+"""
+import json
+import os
+
+import torch
+from safetensors.torch import save_file
+from transformers.generation.logits_process import (MinPLogitsWarper, TemperatureLogitsWarper, TopKLogitsWarper,
+                                                    TopPLogitsWarper)
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "sampling")
+ROWS, V = 3, 64
+CASES = [
+    {"row": 0, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.1},
+    {"row": 0, "temperature": 0.7, "top_k": 0, "top_p": 1.0, "min_p": 0.05},
+    {"row": 1, "temperature": 1.3, "top_k": 20, "top_p": 1.0, "min_p": 0.2},
+    {"row": 1, "temperature": 1.0, "top_k": 0, "top_p": 0.9, "min_p": 0.3},
+    {"row": 2, "temperature": 0.5, "top_k": 10, "top_p": 0.8, "min_p": 0.01},
+    {"row": 2, "temperature": 1.0, "top_k": 0, "top_p": 0.5, "min_p": 0.0},
+    {"row": 2, "temperature": 2.0, "top_k": 30, "top_p": 1.0, "min_p": 0.0},
+    {"row": 0, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 1.0},
+]
+
+
+def main():
+    g = torch.Generator().manual_seed(7)
+    logits = torch.randn(ROWS, V, generator=g) * 2.5
+    out = {"logits": logits.contiguous()}
+    for k, c in enumerate(CASES):
+        x = logits[c["row"]].clone().unsqueeze(0)
+        ids = torch.zeros(1, 1, dtype=torch.long)
+        warpers = [TemperatureLogitsWarper(c["temperature"])]
+        if c["top_k"] > 0:
+            warpers.append(TopKLogitsWarper(top_k=c["top_k"]))
+        if c["top_p"] < 1:
+            warpers.append(TopPLogitsWarper(top_p=c["top_p"]))
+        if c["min_p"] > 0:
+            warpers.append(MinPLogitsWarper(min_p=c["min_p"]))
+        for w in warpers:
+            x = w(ids, x)
+        kept = torch.nonzero(torch.isfinite(x[0])).flatten().to(torch.int32)
+        out[f"kept.{k}"] = kept.contiguous()
+        c["kept"] = kept.numel()
+        print(f"case {k} {c}: {kept.numel()} tokens kept")
+    os.makedirs(OUT, exist_ok=True)
+    save_file(out, os.path.join(OUT, "cases.safetensors"), metadata={"cases": json.dumps(CASES)})
+
+
+if __name__ == "__main__":
+    main()
