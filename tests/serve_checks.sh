@@ -224,6 +224,7 @@ huge max_tokens|400|{"prompt": "The", "max_tokens": 1000000000}
 negative temperature|400|{"prompt": "The", "temperature": -0.5}
 a prompt longer than the context|400|{"prompt": "0123456789012345678901234567890123456789012345678901234567890123456789"}
 top_p 0|400|{"prompt": "The", "top_p": 0}
+min_p above 1|400|{"prompt": "The", "min_p": 1.5}
 n 2 (not supported)|400|{"prompt": "The", "n": 2}
 logprobs (not supported)|400|{"prompt": "The", "logprobs": 3}
 a token id beyond the vocabulary|400|{"prompt": [1, 2, 300]}
