@@ -187,17 +187,38 @@ static void case_config(const cJSON *o, dt_grpo_config *gc, bool *tools) {
 /* TRL's other loss settings (losses.safetensors: each case's loss, two tensors' gradients and clip ratio), pi_old
  * old.safetensors' and the reference's KL, as check_kind's clipped case; and the advantages by scale_rewards "batch"
  * and "none". */
-static void check_cases(const char *dir) {
-    char path[600], what[200], detail[800], worst_l[200] = "", worst_g[200] = "", worst_r[200] = "";
+/* losses.safetensors, its metadata's list key, and a policy and a reference program (the reference's weights loaded). */
+static dt_status cases_open(const char *dir, const char *key, dt_safetensors **f, cJSON **cases, dt_program **p, dt_program **ref) {
+    char path[600];
     snprintf(path, sizeof path, "%s/grpo/losses.safetensors", dir);
+    dt_status st = dt_safetensors_open(path, f);
+    if (!st) st = fixture_settings(*f, path, key, cases);
+    if (!st) st = dt_program_create(&cfg, p);
+    if (!st) st = dt_program_create(&cfg, ref);
+    return st ? st : load(*ref, dir, "ref");
+}
+
+/* A case's loss made over p and ref, the reference's and pi_old's (old.safetensors') log-probabilities recorded, p
+ * left with the policy's weights; the recording passes' statistics cleared. */
+static dt_status case_start(const dt_grpo_config *gc, const char *dir, dt_program *p, dt_program *ref, dt_grpo **g) {
+    float ignored;
+    double s[DT_GRPO_NSTATS];
+    dt_status st = dt_grpo_create(gc, R, T, g);
+    if (!st) st = dt_grpo_attach(*g, p);
+    if (!st) st = dt_grpo_attach(*g, ref);
+    if (!st) dt_grpo_begin(*g, adv, 1.0 / ntokens), dt_grpo_restart(*g, DT_GRPO_RECORD_REF), st = pass(ref, 0, R, 0, &ignored);
+    if (!st && !(st = load(p, dir, "old"))) dt_grpo_restart(*g, DT_GRPO_RECORD_OLD), st = pass(p, 0, R, 0, &ignored);
+    if (!st) st = load(p, dir, "policy");
+    if (*g) dt_grpo_stats(*g, s, true);
+    return st;
+}
+
+static void check_cases(const char *dir) {
+    char what[200], detail[800], worst_l[200] = "", worst_g[200] = "", worst_r[200] = "";
     dt_safetensors *f = NULL;
     cJSON *cases = NULL, *names = cJSON_CreateStringArray((const char *const[]){ "model.norm.weight", "model.layers.1.mlp.down_proj.weight" }, 2);
     dt_program *p = NULL, *ref = NULL;
-    dt_status st = dt_safetensors_open(path, &f);
-    if (!st) st = fixture_settings(f, path, "cases", &cases);
-    if (!st) st = dt_program_create(&cfg, &p);
-    if (!st) st = dt_program_create(&cfg, &ref);
-    if (!st) st = load(ref, dir, "ref");
+    dt_status st = cases_open(dir, "cases", &f, &cases, &p, &ref);
     double wl = 0, wg = 0, wr = 0;
     int k = 0;
     const cJSON *c;
@@ -205,19 +226,13 @@ static void check_cases(const char *dir) {
         dt_grpo_config gc;
         bool tools;
         dt_grpo *g = NULL;
-        float loss = 0, want = 0, ratio = 0, ignored;
+        float loss = 0, want = 0, ratio = 0;
         int one = 1;
         char key[48];
         case_config(c, &gc, &tools);
         if (!st) st = rows(tools);
-        if (!st) st = dt_grpo_create(&gc, R, T, &g);
-        if (!st) st = dt_grpo_attach(g, p);
-        if (!st) st = dt_grpo_attach(g, ref);
-        if (!st) dt_grpo_begin(g, adv, 1.0 / ntokens), dt_grpo_restart(g, DT_GRPO_RECORD_REF), st = pass(ref, 0, R, 0, &ignored);
-        if (!st && !(st = load(p, dir, "old"))) dt_grpo_restart(g, DT_GRPO_RECORD_OLD), st = pass(p, 0, R, 0, &ignored);
-        if (!st) st = load(p, dir, "policy");
+        if (!st) st = case_start(&gc, dir, p, ref, &g);
         double s[DT_GRPO_NSTATS], eg = 0;
-        dt_grpo_stats(g, s, true);
         dt_program_zero_grad(p);
         if (!st) dt_grpo_restart(g, DT_GRPO_TRAIN), st = pass(p, 0, R, 1.0f, &loss);
         snprintf(key, sizeof key, "%d.loss", k);
@@ -280,16 +295,11 @@ static void check_cases(const char *dir) {
 /* The adaptive entropy coefficient (losses.safetensors' "adaptive" settings): three steps of the same rows, each step's
  * loss and the coefficient after it TRL's. */
 static void check_adaptive(const char *dir) {
-    char path[600], what[160], detail[300] = "";
-    snprintf(path, sizeof path, "%s/grpo/losses.safetensors", dir);
+    char what[160], detail[300] = "";
     dt_safetensors *f = NULL;
     cJSON *cases = NULL;
     dt_program *p = NULL, *ref = NULL;
-    dt_status st = dt_safetensors_open(path, &f);
-    if (!st) st = fixture_settings(f, path, "adaptive", &cases);
-    if (!st) st = dt_program_create(&cfg, &p);
-    if (!st) st = dt_program_create(&cfg, &ref);
-    if (!st) st = load(ref, dir, "ref");
+    dt_status st = cases_open(dir, "adaptive", &f, &cases, &p, &ref);
     if (!st) st = rows(false);
     double worst_l = 0, worst_c = 0;
     int k = 0;
@@ -298,25 +308,19 @@ static void check_adaptive(const char *dir) {
         dt_grpo_config gc;
         bool tools;
         dt_grpo *g = NULL;
-        float losses[3], coefs[3], ignored;
+        float losses[3], coefs[3];
         int three = 3;
         char key[48];
         case_config(c, &gc, &tools);
         gc.adaptive = 1, gc.ent_target = fixture_number(c, "entropy_target"), gc.ent_delta = fixture_number(c, "entropy_coef_delta");
         if (!isnan(fixture_number(c, "entropy_coef_max"))) gc.ent_max = fixture_number(c, "entropy_coef_max");
         if (!isnan(fixture_number(c, "entropy_coef_min"))) gc.ent_min = fixture_number(c, "entropy_coef_min");
-        if (!st) st = dt_grpo_create(&gc, R, T, &g);
-        if (!st) st = dt_grpo_attach(g, p);
-        if (!st) st = dt_grpo_attach(g, ref);
-        if (!st) dt_grpo_begin(g, adv, 1.0 / ntokens), dt_grpo_restart(g, DT_GRPO_RECORD_REF), st = pass(ref, 0, R, 0, &ignored);
-        if (!st && !(st = load(p, dir, "old"))) dt_grpo_restart(g, DT_GRPO_RECORD_OLD), st = pass(p, 0, R, 0, &ignored);
-        if (!st) st = load(p, dir, "policy");
+        if (!st) st = case_start(&gc, dir, p, ref, &g);
         snprintf(key, sizeof key, "adaptive%d.loss", k);
         if (!st) st = dt_safetensors_read(f, key, 1, &three, 0, losses);
         snprintf(key, sizeof key, "adaptive%d.coef", k);
         if (!st) st = dt_safetensors_read(f, key, 1, &three, 0, coefs);
         double s[DT_GRPO_NSTATS];
-        if (g) dt_grpo_stats(g, s, true); /* (the recording passes are not TRL's steps here) */
         for (int step = 0; !st && step < 3; step++) {
             float loss = 0;
             dt_grpo_restart(g, DT_GRPO_TRAIN);
