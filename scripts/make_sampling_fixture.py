@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Reference fixture for dtrain's sampling filters, computed by Hugging Face's logits warpers (the oracle): the
-tokens a draw chooses among after TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper and MinPLogitsWarper,
-in the order generate applies them (transformers' _get_logits_processor).
+"""Reference fixture for dtrain's sampling filters, computed by Hugging Face's logits processors (the oracle): the
+tokens a draw chooses among after RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper,
+TopPLogitsWarper and MinPLogitsWarper, in the order generate applies them (transformers' _get_logits_processor).
 
 Writes tests/fixtures/sampling/cases.safetensors: "logits" [ROWS, V] (random, no ties), and for case k of CASES (its
-metadata "cases": row, temperature, top_k, top_p, min_p, and kept: how many) "kept.<k>" the kept tokens' ids (int32,
-ascending).
+metadata "cases": row, temperature, top_k, top_p, min_p, repetition_penalty with ids, the tokens the sequence holds
+(the row's three most likely and its least), and kept: how many) "kept.<k>" the kept tokens' ids (int32, ascending),
+and with a penalty "penalized.<k>" the row's logits after it.
 Run with the baselines' environment (scripts/make-baselines-venv.sh):
   .venv-baselines/bin/python scripts/make_sampling_fixture.py
 """
@@ -14,8 +15,8 @@ import os
 
 import torch
 from safetensors.torch import save_file
-from transformers.generation.logits_process import (MinPLogitsWarper, TemperatureLogitsWarper, TopKLogitsWarper,
-                                                    TopPLogitsWarper)
+from transformers.generation.logits_process import (MinPLogitsWarper, RepetitionPenaltyLogitsProcessor,
+                                                    TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "sampling")
 ROWS, V = 3, 64
@@ -28,6 +29,9 @@ CASES = [
     {"row": 2, "temperature": 1.0, "top_k": 0, "top_p": 0.5, "min_p": 0.0},
     {"row": 2, "temperature": 2.0, "top_k": 30, "top_p": 1.0, "min_p": 0.0},
     {"row": 0, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 1.0},
+    {"row": 0, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.1, "repetition_penalty": 1.3},
+    {"row": 1, "temperature": 0.8, "top_k": 10, "top_p": 0.9, "min_p": 0.0, "repetition_penalty": 2.0},
+    {"row": 2, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.05, "repetition_penalty": 0.7},
 ]
 
 
@@ -38,6 +42,12 @@ def main():
     for k, c in enumerate(CASES):
         x = logits[c["row"]].clone().unsqueeze(0)
         ids = torch.zeros(1, 1, dtype=torch.long)
+        if "repetition_penalty" in c:
+            order = torch.argsort(x[0], descending=True)
+            c["ids"] = order[:3].tolist() + [order[-1].item()]
+            ids = torch.tensor([c["ids"]])
+            x = RepetitionPenaltyLogitsProcessor(c["repetition_penalty"])(ids, x)
+            out[f"penalized.{k}"] = x[0].clone().contiguous()
         warpers = [TemperatureLogitsWarper(c["temperature"])]
         if c["top_k"] > 0:
             warpers.append(TopKLogitsWarper(top_k=c["top_k"]))

@@ -1,6 +1,6 @@
-/* The sampler's filters (temperature, top-k, top-p, min-p) against Hugging Face's logits warpers in generate's order
- * (tests/fixtures/sampling/cases.safetensors, scripts/make_sampling_fixture.py): the same tokens kept, and draws that
- * land only on them, each of a case's few reached. */
+/* The sampler's filters (the repetition penalty, temperature, top-k, top-p, min-p) against Hugging Face's logits
+ * processors in generate's order (tests/fixtures/sampling/cases.safetensors, scripts/make_sampling_fixture.py): the
+ * penalized logits exactly, the same tokens kept, and draws that land only on them, each of a case's few reached. */
 #include "dtrain/infer.h"
 #include "fixture_checks.h"
 
@@ -8,11 +8,29 @@ enum { ROWS = 3, V = 64, DRAWS = 4000 };
 
 static int by_id(const void *a, const void *b) { return *(const int32_t *)a - *(const int32_t *)b; }
 
+/* A case's row, penalized as its "repetition_penalty" and "ids" say (the sequence's tokens): whether it is the fixture's
+ * "penalized.<k>" bit for bit (true without a penalty). */
+static bool penalized(dt_safetensors *f, int k, const cJSON *c, float pen, float *row) {
+    uint64_t seen[(V + 63) / 64] = { 0 };
+    const cJSON *id;
+    float want[V];
+    char key[32];
+    if (pen == 0) return true;
+    cJSON_ArrayForEach(id, cJSON_GetObjectItemCaseSensitive(c, "ids")) dt_token_set_add(seen, id->valueint);
+    dt_sample_penalize(row, V, pen, seen);
+    snprintf(key, sizeof key, "penalized.%d", k);
+    return !dt_safetensors_read(f, key, 1, (const int[]){ V }, 0, want) && !memcmp(want, row, sizeof want);
+}
+
 /* One case: the kept set's and the draws' verdicts into *set_ok, *draw_ok. */
 static dt_status one_case(dt_safetensors *f, int k, const float *logits, const cJSON *c, bool *set_ok, bool *draw_ok) {
+    double pen = fixture_number(c, "repetition_penalty");
     dt_sampling s = { (float)fixture_number(c, "temperature"), (int)fixture_number(c, "top_k"), (float)fixture_number(c, "top_p"),
-                      (float)fixture_number(c, "min_p") };
-    int row = (int)fixture_number(c, "row"), n = (int)fixture_number(c, "kept"), seen[V] = { 0 };
+                      (float)fixture_number(c, "min_p"), isnan(pen) ? 0 : (float)pen };
+    float row[V];
+    memcpy(row, logits + (int)fixture_number(c, "row") * V, sizeof row);
+    bool pen_ok = penalized(f, k, c, s.repetition_penalty, row);
+    int n = (int)fixture_number(c, "kept"), seen[V] = { 0 };
     int32_t want[V], got[V];
     char key[32];
     void *scratch = malloc(dt_sample_scratch_bytes(V));
@@ -20,13 +38,13 @@ static dt_status one_case(dt_safetensors *f, int k, const float *logits, const c
     dt_status st = scratch ? dt_sampling_check(&s) : dt_error(DT_ERR_NOMEM, "out of memory");
     if (!st && !(n >= 1 && n <= V)) st = dt_error(DT_ERR_IO, "case %d: a count of %d kept tokens", k, n);
     if (!st) st = dt_safetensors_read_i32(f, key, (size_t)n, want);
-    int kept = st ? 0 : dt_sample_candidates(logits + row * V, V, &s, scratch, got);
+    int kept = st ? 0 : dt_sample_candidates(row, V, &s, scratch, got);
     qsort(got, (size_t)kept, sizeof *got, by_id);
-    *set_ok = !st && kept == n && !memcmp(got, want, sizeof *got * (size_t)n);
+    *set_ok = !st && pen_ok && kept == n && !memcmp(got, want, sizeof *got * (size_t)n);
     uint64_t rng = 1234 + (uint64_t)k;
     bool inside = true;
     for (int d = 0; !st && d < DRAWS; d++) {
-        int32_t t = dt_sample_token(logits + row * V, V, &s, &rng, scratch);
+        int32_t t = dt_sample_token(row, V, &s, &rng, scratch);
         bool in = false;
         for (int i = 0; i < n; i++) in |= want[i] == t;
         inside &= in, seen[t] = 1;
@@ -34,7 +52,9 @@ static dt_status one_case(dt_safetensors *f, int k, const float *logits, const c
     int reached = 0;
     for (int i = 0; i < n; i++) reached += seen[want[i]];
     *draw_ok = inside && (n > 8 || reached == n); /* (a few tokens each at least min_p of the most likely: every one drawn) */
-    if (!*set_ok || !*draw_ok) printf("   case %d: %d tokens kept against Hugging Face's %d; draws inside %d, %d of them reached\n", k, kept, n, inside, reached);
+    if (!*set_ok || !*draw_ok)
+        printf("   case %d: penalized as HF's %d, %d tokens kept against Hugging Face's %d; draws inside %d, %d of them reached\n", k, pen_ok,
+               kept, n, inside, reached);
     free(scratch);
     return st;
 }
@@ -57,15 +77,17 @@ int main(int argc, char **argv) {
         sets += set_ok, draws += draw_ok, k++;
     }
     char what[160], detail[96];
-    snprintf(what, sizeof what, "%d cases (temperature, top-k, top-p, min-p): the tokens kept are Hugging Face's warpers'", k);
+    snprintf(what, sizeof what, "%d cases (repetition penalty, temperature, top-k, top-p, min-p): the tokens kept are HF's", k);
     snprintf(detail, sizeof detail, "%d of %d", sets, k);
-    if (!st) check(what, k >= 8 && sets == k, detail);
+    if (!st) check(what, k >= 11 && sets == k, detail);
     snprintf(what, sizeof what, "%d draws a case land only on them (each of a few reached)", DRAWS);
     snprintf(detail, sizeof detail, "%d of %d", draws, k);
-    if (!st) check(what, k >= 8 && draws == k, detail);
-    dt_sampling bad = { 1, 0, 1, 1.5f };
+    if (!st) check(what, k >= 11 && draws == k, detail);
+    dt_sampling bad = { 1, 0, 1, 1.5f, 0 }, neg = { 1, 0, 1, 0, -1 };
     bool refused = dt_sampling_check(&bad) && strstr(dt_last_error(), "min_p");
     check("refused: min_p above 1", refused, dt_last_error());
+    refused = dt_sampling_check(&neg) && strstr(dt_last_error(), "repetition_penalty");
+    check("refused: a negative repetition penalty", refused, dt_last_error());
     if (st) printf("FAIL sampling: %s\n", dt_last_error()), failed++;
     cJSON_Delete(cases);
     dt_safetensors_close(f);

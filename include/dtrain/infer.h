@@ -95,19 +95,30 @@ dt_status dt_decoder_release(dt_decoder *d);
  * lowest id among equals); else softmax(logits / temperature) over the
  * top_k most likely (0: all), of those the fewest whose probability
  * reaches top_p (1: all), and of those the ones at least min_p times as
- * likely as the most likely (0: all; Hugging Face's order and min_p). */
+ * likely as the most likely (0: all; Hugging Face's order and min_p).
+ * Before them repetition_penalty (0 or 1: none; Hugging Face's and vLLM's)
+ * divides the positive logits of the tokens the sequence holds (prompt and
+ * drawn) by it and multiplies the negative ones (dt_sample_penalize). */
 typedef struct {
     float temperature;
     int top_k;
     float top_p;
     float min_p;
+    float repetition_penalty;
 } dt_sampling;
-/* Checks the ranges (temperature >= 0 and finite, top_k >= 0, 0 < top_p <= 1, 0 <= min_p <= 1), naming the bad one. */
+/* Checks the ranges (temperature >= 0 and finite, top_k >= 0, 0 < top_p <= 1, 0 <= min_p <= 1, repetition_penalty 0
+ * or above 0 and finite), naming the bad one. */
 dt_status dt_sampling_check(const dt_sampling *s);
 /* The next token from logits[V]; rng advanced (only when drawing); scratch
  * of dt_sample_scratch_bytes(V). */
 int32_t dt_sample_token(const float *logits, int V, const dt_sampling *s, uint64_t *rng, void *scratch);
 size_t dt_sample_scratch_bytes(int V);
+/* The tokens a sequence holds, as a set for the repetition penalty: a bit a token of V (dt_token_set_words(V) words). */
+size_t dt_token_set_words(int V);
+void dt_token_set_add(uint64_t *set, int32_t token);
+/* logits[V] of the tokens in seen penalized in place (Hugging Face's RepetitionPenaltyLogitsProcessor: l / p where
+ * l > 0, l p where not); p 0 or 1: nothing. */
+void dt_sample_penalize(float *logits, int V, float p, const uint64_t *seen);
 /* The tokens a draw at temperature above 0 chooses among (into tokens[V], most likely first where a filter sorted them):
  * their count. */
 int dt_sample_candidates(const float *logits, int V, const dt_sampling *s, void *scratch, int32_t *tokens);

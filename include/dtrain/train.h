@@ -43,6 +43,7 @@ typedef struct {
     int top_k;                /* --top-k K: the sampling's (0: every token) */
     float top_p;              /* --top-p P: the sampling's nucleus (0: 1, every token) */
     float min_p;              /* --min-p P: the sampling's tokens at least P times as likely as the most likely (0: all) */
+    float repetition_penalty; /* --repetition-penalty R: the sampling's, Hugging Face's (0: none) */
     double beta, epsilon;     /* the KL's coefficient (0.04, the paper's) and the ratio's clipping (0.2) */
     double epsilon_high;      /* --grpo-epsilon-high: the clipping's upper side (0: epsilon; DAPO's 0.28; cispo's cap) */
     double delta;             /* --grpo-delta: two-sided clipping, the unclipped ratio capped at delta (0: none) */

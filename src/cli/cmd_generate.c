@@ -61,7 +61,7 @@ static const dt_cli_flag flags[] = {
     { "--temperature", "a number from 0 to 100" }, { "--top-k", "a whole number from 0 (all) to 1e7" },
     { "--seed", "a whole number from 0 to 1e18" }, { "--bpe", "ENCODER.json VOCAB.bpe (two files)" }, { "--help", "" },
     { "--nproc", "a whole number of local ranks from 1 to 256" }, { "--pp", "a whole number of stages from 1 to 65536" },
-    { "--top-p", "a number above 0 and at most 1" }, { "--min-p", "a number from 0 to 1" }, { "--no-cache", "" }, { "--quantize", "int8 (or none)" },
+    { "--top-p", "a number above 0 and at most 1" }, { "--min-p", "a number from 0 to 1" }, { "--repetition-penalty", "a number from 0.001 to 1000" }, { "--no-cache", "" }, { "--quantize", "int8 (or none)" },
     { "--tp", "a whole number of tensor-parallel ranks from 1 to 256" }, { "--ids", "" }, { "--tokenizer", "a tokenizer.json" },
     { "--device", "cpu, cuda or cuda:N" }, { "--ignore-eos", "" }, { NULL, NULL },
 };
@@ -69,7 +69,7 @@ static const dt_cli_flag flags[] = {
 /* dtrain generate --model FILE --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] [--nproc N --pp N] */
 static void usage(void) {
     printf("usage: dtrain generate --model FILE|DIR --prompt TEXT [--tokens 200] [--temperature 0.8] [--top-k 40] [--seed 42]\n"
-           "                       [--top-p 1] [--min-p 0] [--quantize int8] [--no-cache] [--tokenizer tokenizer.json | --bpe ENCODER.json VOCAB.bpe | --ids]\n"
+           "                       [--top-p 1] [--min-p 0] [--repetition-penalty 1] [--quantize int8] [--no-cache] [--tokenizer tokenizer.json | --bpe ENCODER.json VOCAB.bpe | --ids]\n"
            "                       [--lora DIR] [--nproc N --pp N|--tp N] [--device cuda[:N]] [--ignore-eos]\n"
            "--lora DIR: PEFT's LoRA adapter folder (a LoRA run's --save DIR holds one) merged into the model.\n"
            "Byte-level models (vocabulary 256) read and print bytes; with --tokenizer, a Hugging Face tokenizer.json\n"
@@ -94,7 +94,7 @@ static void usage(void) {
 typedef struct {
     const char *model, *lora, *prompt, *enc, *merges;
     int count, topk, nproc, npp, ntp, cache, ids, cuda, cuda_named, ignore_eos;
-    float temp, topp, minp;
+    float temp, topp, minp, rep;
     uint64_t seed;
     dt_quant quant;
 } gen_cli;
@@ -103,7 +103,7 @@ typedef struct {
 static int gen_parse(int argc, char **argv, gen_cli *x) {
     const dt_cli_num_flag nums[] = {
         { "--tokens", 1, 1e6, 1, &x->count, 'i' }, { "--temperature", 0, 100, 0, &x->temp, 'f' }, { "--top-k", 0, 1e7, 1, &x->topk, 'i' },
-        { "--seed", 0, 1e18, 1, &x->seed, 'u' }, { "--top-p", 1e-9, 1, 0, &x->topp, 'f' }, { "--min-p", 0, 1, 0, &x->minp, 'f' }, { "--tp", 1, 256, 1, &x->ntp, 'i' },
+        { "--seed", 0, 1e18, 1, &x->seed, 'u' }, { "--top-p", 1e-9, 1, 0, &x->topp, 'f' }, { "--min-p", 0, 1, 0, &x->minp, 'f' }, { "--repetition-penalty", 1e-3, 1e3, 0, &x->rep, 'f' }, { "--tp", 1, 256, 1, &x->ntp, 'i' },
         { "--nproc", 1, 256, 1, &x->nproc, 'i' }, { "--pp", 1, 65536, 1, &x->npp, 'i' },
     };
     for (int i = 1; i < argc; i++) {
@@ -176,7 +176,7 @@ static dt_status gen_run(const gen_cli *x, dt_comm *w, bool tp, bool printer) {
     if (!st && x->cuda) st = dt_gpu_api_probe(x->cuda - 1); /* before the prompt is printed */
     if (!st) {
         if (printer) printf("%s", x->prompt);
-        dt_generate_options o = { x->count, { x->temp, x->topk, x->topp, x->minp }, x->seed, x->cache, x->quant, x->cuda, &ends };
+        dt_generate_options o = { x->count, { x->temp, x->topk, x->topp, x->minp, x->rep }, x->seed, x->cache, x->quant, x->cuda, &ends };
         dt_emit_fn emit = !printer ? emit_none : x->ids ? emit_number : b || V != 256 ? emit_id : emit_byte;
         st = dt_generate(&m, tp ? NULL : w, p, n, &o, emit, b); /* m is NULL after, with the cache */
         if (printer) printf("\n");

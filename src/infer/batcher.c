@@ -16,6 +16,7 @@ typedef struct {
     int fed;       /* prompt tokens in the cache */
     int generated; /* tokens drawn so far */
     int32_t last;  /* the last token drawn (the next decode row's input) */
+    uint64_t *seen; /* with a repetition penalty: the tokens the sequence holds (dt_token_set_add) */
     long order;    /* when it joined: prompts are read oldest first */
     uint64_t rng;
 } slot;
@@ -60,7 +61,7 @@ dt_status dt_batcher_create(dt_decoder *d, int token_budget, dt_batcher **out) {
 
 void dt_batcher_destroy(dt_batcher *b) {
     if (!b) return;
-    for (int i = 0; b->slots && i < b->nslots; i++) free(b->slots[i].prompt);
+    for (int i = 0; b->slots && i < b->nslots; i++) free(b->slots[i].prompt), free(b->slots[i].seen);
     free(b->slots);
     free(b->rows);
     free(b->row_slot);
@@ -92,11 +93,17 @@ dt_status dt_batcher_add(dt_batcher *b, const dt_infer_request *r) {
     while (k < b->nslots && b->slots[k].busy) k++;
     if (k == b->nslots) return dt_error(DT_ERR_UNSUPPORTED, "all %d slots are busy", b->nslots);
     int32_t *p = malloc(sizeof(int32_t) * (size_t)r->nprompt);
-    if (!p) return dt_error(DT_ERR_NOMEM, "out of memory for a prompt of %d tokens", r->nprompt);
+    float pen = r->sampling.repetition_penalty;
+    uint64_t *seen = pen != 0 && pen != 1 ? calloc(dt_token_set_words(c->vocab_size), sizeof(uint64_t)) : NULL;
+    if (!p || (pen != 0 && pen != 1 && !seen)) {
+        free(p), free(seen);
+        return dt_error(DT_ERR_NOMEM, "out of memory for a prompt of %d tokens", r->nprompt);
+    }
     memcpy(p, r->prompt, sizeof(int32_t) * (size_t)r->nprompt);
+    for (int i = 0; seen && i < r->nprompt; i++) dt_token_set_add(seen, p[i]);
     slot *s = &b->slots[k];
-    free(s->prompt);
-    *s = (slot){ .busy = true, .r = *r, .prompt = p, .order = b->joined++, .rng = r->seed };
+    free(s->prompt), free(s->seen);
+    *s = (slot){ .busy = true, .r = *r, .prompt = p, .seen = seen, .order = b->joined++, .rng = r->seed };
     s->r.prompt = p;
     b->stats.running++;
     return DT_OK;
@@ -148,8 +155,10 @@ dt_status dt_batcher_step(dt_batcher *b) {
     const dt_gpt2_config *c = dt_decoder_config(b->d);
     for (int i = 0; i < m; i++) {
         slot *s = &b->slots[b->row_slot[i]];
-        const float *l = b->logits + (size_t)i * c->vocab_size;
+        float *l = b->logits + (size_t)i * c->vocab_size;
+        dt_sample_penalize(l, c->vocab_size, s->r.sampling.repetition_penalty, s->seen); /* (the distribution on_token sees) */
         s->last = dt_sample_token(l, c->vocab_size, &s->r.sampling, &s->rng, b->scratch);
+        if (s->seen) dt_token_set_add(s->seen, s->last);
         s->generated++;
         int stop = s->r.on_token ? s->r.on_token(s->r.ctx, s->last, l) : 0;
         if (stop) end(b, s, DT_FINISH_STOP);

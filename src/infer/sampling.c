@@ -16,12 +16,23 @@ static int by_logit(const void *a, const void *b) {
 
 size_t dt_sample_scratch_bytes(int V) { return sizeof(cand) * (size_t)(V > 0 ? V : 1); }
 
+size_t dt_token_set_words(int V) { return ((size_t)(V > 0 ? V : 1) + 63) / 64; }
+void dt_token_set_add(uint64_t *set, int32_t token) { set[token >> 6] |= 1ull << (token & 63); }
+
+void dt_sample_penalize(float *l, int V, float p, const uint64_t *seen) {
+    if (p == 0 || p == 1 || !seen) return;
+    for (int v = 0; v < V; v++)
+        if (seen[v >> 6] >> (v & 63) & 1) l[v] = l[v] > 0 ? l[v] / p : l[v] * p;
+}
+
 dt_status dt_sampling_check(const dt_sampling *s) {
     if (!(s->temperature >= 0) || !isfinite(s->temperature))
         return dt_error(DT_ERR_ARG, "temperature %g: expected a finite number >= 0", s->temperature);
     if (s->top_k < 0) return dt_error(DT_ERR_ARG, "top_k %d: expected >= 0 (0: all tokens)", s->top_k);
     if (!(s->top_p > 0 && s->top_p <= 1)) return dt_error(DT_ERR_ARG, "top_p %g: expected a number in (0, 1]", s->top_p);
     if (!(s->min_p >= 0 && s->min_p <= 1)) return dt_error(DT_ERR_ARG, "min_p %g: expected a number in [0, 1]", s->min_p);
+    if (!(s->repetition_penalty >= 0) || !isfinite(s->repetition_penalty))
+        return dt_error(DT_ERR_ARG, "repetition_penalty %g: expected a finite number above 0 (1: none)", s->repetition_penalty);
     return DT_OK;
 }
 

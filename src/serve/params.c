@@ -153,7 +153,7 @@ static dt_status read_messages(const cJSON *o, const serve_vocab *v, serve_param
 }
 
 static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, bool chat, serve_params *p, const char **param) {
-    double mt, temp, topp, topk, minp, seed;
+    double mt, temp, topp, topk, minp, rep, seed;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
     if (model && !cJSON_IsString(model)) return bad(param, "model", "'%s' must be a string%s", "");
     /* chat's newer name for max_tokens */
@@ -169,6 +169,8 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
     if (!st && topp <= 0) st = bad(param, "top_p", "'%s' must be above 0%s", "");
     if (!st) st = number(o, "top_k", 0, 1e9, true, 0, &topk, param);
     if (!st) st = number(o, "min_p", 0, 1, false, 0, &minp, param); /* (vLLM's) */
+    if (!st) st = number(o, "repetition_penalty", 0, 1000, false, 1, &rep, param); /* (vLLM's) */
+    if (!st && rep <= 0) st = bad(param, "repetition_penalty", "'%s' must be above 0%s", "");
     if (!st) st = number(o, "seed", 0, 9007199254740991.0, true, 0, &seed, param);
     if (!st) st = read_flag(o, "stream", &p->stream, param);
     if (!st && !chat) st = read_flag(o, "echo", &p->echo, param);
@@ -181,7 +183,7 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
                         "(%.0f in all): shorten the prompt or lower %s", context, p->nprompt, max_name, mt, p->nprompt + mt, max_name);
     }
     p->max_tokens = (int)mt;
-    p->sampling = (dt_sampling){ (float)temp, (int)topk, (float)topp, (float)minp };
+    p->sampling = (dt_sampling){ (float)temp, (int)topk, (float)topp, (float)minp, (float)rep };
     p->seed = (uint64_t)seed;
     return DT_OK;
 }

@@ -32,22 +32,31 @@ static dt_status generate_windows(dt_gpt2 *m, dt_comm *pp, int32_t *toks, int np
     const dt_gpt2_config *c = dt_gpt2_get_config(m);
     int V = c->vocab_size, Tmax = c->max_seq_len, n = nprompt, p = pp ? dt_comm_size(pp) : 1;
     void *scratch = malloc(dt_sample_scratch_bytes(V));
-    float *x = p > 1 ? malloc(sizeof(float) * (size_t)Tmax * (size_t)c->channels) : NULL;
-    if (!scratch || (p > 1 && !x)) { free(scratch); free(x); return dt_error(DT_ERR_NOMEM, "generate: out of memory"); }
+    float *x = p > 1 ? malloc(sizeof(float) * (size_t)Tmax * (size_t)c->channels) : NULL, pen = o->sampling.repetition_penalty;
+    bool penalized = pen != 0 && pen != 1; /* (the logits row copied and penalized by the tokens the text holds) */
+    float *row = penalized ? malloc(sizeof(float) * (size_t)V) : NULL;
+    uint64_t *seen = penalized ? calloc(dt_token_set_words(V), sizeof(uint64_t)) : NULL;
+    if (!scratch || (p > 1 && !x) || (penalized && (!row || !seen))) {
+        free(scratch), free(x), free(row), free(seen);
+        return dt_error(DT_ERR_NOMEM, "generate: out of memory");
+    }
+    for (int i = 0; seen && i < nprompt; i++) dt_token_set_add(seen, toks[i]);
     uint64_t s = o->seed;
     dt_status st = dt_gpt2_reserve(m, 1, nprompt + o->count < Tmax ? nprompt + o->count : Tmax);
     for (int k = 0; k < o->count && !st; k++) {
         int T = n < Tmax ? n : Tmax, last;
         if ((st = stage_forward(m, p > 1 ? pp : NULL, toks + n - T, T, x, &last))) break;
-        int32_t next = last ? dt_sample_token(dt_gpt2_logits(m) + (size_t)(T - 1) * c->padded_vocab_size, V, &o->sampling, &s, scratch) : 0;
+        const float *l = dt_gpt2_logits(m) + (size_t)(T - 1) * c->padded_vocab_size;
+        if (last && row) memcpy(row, l, sizeof(float) * (size_t)V), dt_sample_penalize(row, V, pen, seen), l = row;
+        int32_t next = last ? dt_sample_token(l, V, &o->sampling, &s, scratch) : 0;
         /* the last stage's token goes to the first stage's next window (and every stage keeps the text) */
         if (p > 1 && (st = dt_comm_broadcast(pp, &next, 1, DT_I32, p - 1))) break;
         if (o->ends && dt_token_ends_has(o->ends, next)) break; /* (every stage has the token: all stop) */
         toks[n++] = next;
+        if (seen) dt_token_set_add(seen, next);
         if (last) emit(next, ctx);
     }
-    free(scratch);
-    free(x);
+    free(scratch), free(x), free(row), free(seen);
     return st;
 }
 

@@ -145,6 +145,8 @@ static void say_setup(const run *r, const dt_grpo_run *gr) {
     char nucleus[64] = "";
     if (g->top_p > 0 && g->top_p < 1) snprintf(nucleus, sizeof nucleus, ", top-p %g", g->top_p);
     if (g->min_p > 0) snprintf(nucleus + strlen(nucleus), sizeof nucleus - strlen(nucleus), ", min-p %g", g->min_p);
+    if (g->repetition_penalty > 0 && g->repetition_penalty != 1)
+        snprintf(nucleus + strlen(nucleus), sizeof nucleus - strlen(nucleus), ", repetition penalty %g", g->repetition_penalty);
     printf("GRPO: %d prompts from %s, %d completions each (of at most %d tokens, temperature %g%s%s), %d prompts a step over %d "
            "rank%s, --reward %s; TRL's %s loss, beta %g (the reference: %s), epsilon %g%s, %d iteration%s a rollout\n",
            gr->prompts.n, g->prompts, g->group, g->completion, g->temperature, g->top_k ? ", top-k" : "", nucleus,
@@ -250,7 +252,7 @@ static dt_status decode_pass(run *r, dt_grpo_run *gr, int turn, const int *rows,
         c->seg = c->n;
         if (room <= 0 || left <= 0) continue;
         /* (the first pass's draws as before tools were: five words) */
-        dt_infer_request req = { ctx, P + c->n, left < room ? left : room, { gc->temperature, gc->top_k, gc->top_p > 0 ? gc->top_p : 1.0f, gc->min_p },
+        dt_infer_request req = { ctx, P + c->n, left < room ? left : room, { gc->temperature, gc->top_k, gc->top_p > 0 ? gc->top_p : 1.0f, gc->min_p, gc->repetition_penalty },
                                  dt_hash_words(DT_HASH_INIT, w, turn ? 6 : 5), on_token, NULL, c };
         if (!(st = dt_batcher_add(b, &req))) added++;
     }
