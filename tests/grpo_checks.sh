@@ -63,6 +63,10 @@ grep -q "epsilon 0.2, epsilon_high 0.28, a ratio a completion (GSPO), rewards sc
 run_metrics topp --batch 16 --steps 10 --top-p 0.5 && run_metrics toppddp --batch 8 --nproc 2 --steps 10 --top-p 0.5 &&
     alike "--top-p 0.5 (the nucleus TRL's top_p samples): DDP 2" topp toppddp apart
 grep -q "temperature 1, top-p 0.5)" "$dir/topp.out" || fail "--top-p's start line: $(grep -m1 '^GRPO' "$dir/topp.out")"
+mp=(--steps 10 --min-p 0.05 --repetition-penalty 1.3)
+run_metrics minp --batch 16 "${mp[@]}" && run_metrics minpddp --batch 8 --nproc 2 "${mp[@]}" &&
+    alike "--min-p 0.05 --repetition-penalty 1.3 (TRL's min_p, repetition_penalty): DDP 2" minp minpddp apart
+grep -q "temperature 1, min-p 0.05, repetition penalty 1.3)" "$dir/minp.out" || fail "--min-p's start line: $(grep -m1 '^GRPO' "$dir/minp.out")"
 # the entropy quantile reads every rank's micro-batch together (TRL's gather): DDP 2 as one process, at a temperature
 ent=(--steps 10 --temperature 0.7 --grpo-top-entropy-quantile 0.5)
 run_metrics ent --batch 16 "${ent[@]}" && run_metrics entddp --batch 8 --nproc 2 "${ent[@]}" &&

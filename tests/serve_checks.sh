@@ -58,6 +58,13 @@ for m in byte g124; do
             fail "generate, $name ($how): '$a' against '$b'"
     done
 done
+# the repetition penalty (Hugging Face's): the batcher's (cache) and the windows' paths alike, and not the plain text
+a=$(gen --model "$dir/byte.bin" --prompt "The " --tokens 40 --temperature 0 --repetition-penalty 1.5)
+b=$(gen --model "$dir/byte.bin" --prompt "The " --tokens 40 --temperature 0 --repetition-penalty 1.5 --no-cache)
+c=$(gen --model "$dir/byte.bin" --prompt "The " --tokens 40 --temperature 0)
+[ ${#a} -gt 20 ] && [ "$a" = "$b" ] && [ "$a" != "$c" ] &&
+    ok "generate --repetition-penalty 1.5: the cache's text is the no-cache path's, not the plain one ('$(echo "$a" | head -c 30 | tr -d '\n')...')" ||
+    fail "--repetition-penalty: '$a' against '$b' (plain '$c')"
 q=$(gen --model "$dir/byte.bin" --prompt "The " --tokens 40 --temperature 0 --quantize int8)
 f=$(gen --model "$dir/byte.bin" --prompt "The " --tokens 40 --temperature 0)
 [ ${#q} -eq 44 ] && ok "generate --quantize int8: 40 bytes ('$(echo "$q" | tr -d '\n')'; f32: '$(echo "$f" | tr -d '\n')')" || fail "int8: '$q'"
@@ -96,6 +103,9 @@ start byte "$dir/byte.bin" --threads $T --slots 8 --upload-timeout 2 || exit 1
 g=$(gen --model "$dir/byte.bin" --prompt "The " --tokens 30 --temperature 0)
 s=$(post '{"prompt":"The ","max_tokens":30,"temperature":0}' | text)
 [ "The $s" = "$g" ] && ok "a completion is generate's text ('$s')" || fail "completion '$s' against generate '$g'"
+gp=$(gen --model "$dir/byte.bin" --prompt "The " --tokens 30 --temperature 0 --repetition-penalty 1.5)
+sp=$(post '{"prompt":"The ","max_tokens":30,"temperature":0,"repetition_penalty":1.5}' | text)
+[ "The $sp" = "$gp" ] && ok "with repetition_penalty 1.5 too ('$sp')" || fail "repetition_penalty: '$sp' against generate '$gp'"
 st=$(curl -s -N "http://127.0.0.1:$port/v1/completions" -d '{"prompt":"The ","max_tokens":30,"temperature":0,"stream":true}' | streamed)
 [ "$st" = "$(python3 -c 'import json,sys; print(json.dumps([sys.argv[1], "length"]))' "$s")" ] &&
     ok "streamed as server-sent events: the same text, finish_reason length" || fail "stream: $st against '$s'"
@@ -225,6 +235,7 @@ negative temperature|400|{"prompt": "The", "temperature": -0.5}
 a prompt longer than the context|400|{"prompt": "0123456789012345678901234567890123456789012345678901234567890123456789"}
 top_p 0|400|{"prompt": "The", "top_p": 0}
 min_p above 1|400|{"prompt": "The", "min_p": 1.5}
+repetition_penalty 0|400|{"prompt": "The", "repetition_penalty": 0}
 n 2 (not supported)|400|{"prompt": "The", "n": 2}
 logprobs (not supported)|400|{"prompt": "The", "logprobs": 3}
 a token id beyond the vocabulary|400|{"prompt": [1, 2, 300]}
