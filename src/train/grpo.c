@@ -263,8 +263,6 @@ dt_status dt_grpo_attach(dt_grpo *g, dt_program *p) {
     return st ? st : dt_program_set_logit_temperature(p, g->c.temperature > 0 ? g->c.temperature : 1.0f); /* (greedy: at 1) */
 }
 
-/* The (1 - top_entropy) quantile of the scored tokens' entropies of a micro-batch (every rank's of g's comm), by
- * torch.quantile's linear interpolation; +inf where there are none (no token's policy term counts); NaN: failed. */
 /* The entropy bonus: minus its coefficient times the micro-batch's mean entropy over the tokens the policy term reads
  * (its scored tokens at or above the quantile's threshold thr), its gradient by each entropy into r->dentropy (TRL's:
  * the mean per device, not gathered; the engine averages the passes as TRL's accumulation divides them). Adaptive: the
@@ -282,6 +280,8 @@ static double entropy_bonus(dt_grpo *g, const dt_token_rows *r, double thr) {
     return w * sum;
 }
 
+/* The (1 - top_entropy) quantile of the scored tokens' entropies of a micro-batch (every rank's of g's comm), by
+ * torch.quantile's linear interpolation; +inf where there are none (no token's policy term counts); NaN: failed. */
 static double entropy_threshold(dt_grpo *g, const dt_token_rows *r) {
     size_t n = 0, total = 0, BT = (size_t)r->B * (size_t)r->T;
     double *mine = malloc(sizeof(double) * (BT + 1)), *all = NULL;
