@@ -292,6 +292,53 @@ static void check_cases(const char *dir) {
     dt_safetensors_close(f);
 }
 
+/* In bf16 (the programs' 16-bit logits divided by the temperature and rounded again; the entropy term's gradient made in
+ * the head's 16-bit blocks): cases `temperature 0.7` and `entropy_coef 0.1` near TRL's f32 loss (within 1% of the larger
+ * of it and 0.6, the policy term's size here: 0.42 and 0.40 of that measured) and gradients (1e-1 at the temperature, which divides the logits after
+ * their rounding and rounds them again: 5.8e-2 measured; 5e-2 for the bonus: 2.2e-2 measured, as a case without either;
+ * its gradient left out gives 1e-1). */
+static void check_bf16(const char *dir) {
+    dt_safetensors *f = NULL;
+    cJSON *cases = NULL, *names = cJSON_CreateStringArray((const char *const[]){ "model.norm.weight", "model.layers.1.mlp.down_proj.weight" }, 2);
+    dt_program *p = NULL, *ref = NULL;
+    dt_status st = cases_open(dir, "cases", &f, &cases, &p, &ref);
+    if (!st) st = dt_program_set_precision(p, DT_BF16);
+    if (!st) st = dt_program_set_precision(ref, DT_BF16);
+    if (!st) st = rows(false);
+    double wl = 0, wg = 0;
+    const int pick[2] = { 9, 13 };
+    const double tol_g[2] = { 1e-1, 5e-2 };
+    for (int i = 0; !st && i < 2; i++) {
+        const cJSON *c = cJSON_GetArrayItem(cases, pick[i]);
+        dt_grpo_config gc;
+        bool tools;
+        dt_grpo *g = NULL;
+        float loss = 0, want = 0;
+        int one = 1;
+        char key[48];
+        double eg = 0;
+        dt_model m;
+        case_config(c, &gc, &tools);
+        st = case_start(&gc, dir, p, ref, &g);
+        dt_program_zero_grad(p);
+        if (!st) dt_grpo_restart(g, DT_GRPO_TRAIN), st = pass(p, 0, R, 1.0f, &loss);
+        snprintf(key, sizeof key, "%d.loss", pick[i]);
+        if (!st) st = dt_safetensors_read(f, key, 1, &one, 0, &want);
+        dt_program_model(p, &m);
+        snprintf(key, sizeof key, "%d.grad.", pick[i]);
+        if (!st) st = fixture_named_grads_err(f, &m, key, names, &eg);
+        wl = fmax(wl, fabs(loss - want) / (1e-2 * fmax(fabs(want), 0.6))), wg = fmax(wg, eg / tol_g[i]);
+        dt_grpo_destroy(g);
+    }
+    char detail[96];
+    snprintf(detail, sizeof detail, "the worst of their tolerance: loss %.2f, gradients %.2f", wl, wg);
+    if (!st) check("bf16: a temperature and an entropy bonus near TRL's f32 loss and gradients", wl <= 1 && wg <= 1, detail);
+    else printf("FAIL grpo bf16: %s\n", dt_last_error()), failed++;
+    cJSON_Delete(cases), cJSON_Delete(names);
+    dt_program_destroy(p), dt_program_destroy(ref);
+    dt_safetensors_close(f);
+}
+
 /* The adaptive entropy coefficient (losses.safetensors' "adaptive" settings): three steps of the same rows, each step's
  * loss and the coefficient after it TRL's. */
 static void check_adaptive(const char *dir) {
@@ -416,6 +463,7 @@ int main(int argc, char **argv) {
     check_kind(dir, DT_GRPO_LOSS_GRPO, "clip", "old", 0);
     check_cases(dir);
     check_adaptive(dir);
+    check_bf16(dir);
     /* a tool's results in the completions (--grpo-tools' rows): out of the loss and of dapo's token count */
     if ((st = rows(true))) { printf("FAIL: %s\n", dt_last_error()); return 1; }
     check_kind(dir, DT_GRPO_LOSS_DAPO, "tools", NULL, 0);
