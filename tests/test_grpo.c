@@ -99,8 +99,8 @@ static void check_kind(const char *dir, dt_grpo_loss kind, const char *prefix, c
     dt_status st = dt_program_create(&cfg, &p);
     if (!st) st = dt_program_create(&cfg, &ref);
     if (!st) st = dt_grpo_create(&gc, R, T, &g);
-    if (!st) st = dt_grpo_attach(g, p);
-    if (!st) st = dt_grpo_attach(g, ref);
+    if (!st) st = dt_grpo_attach(g, p, false);
+    if (!st) st = dt_grpo_attach(g, ref, true);
     if (!st) st = load(ref, dir, "ref");
     if (!st) dt_grpo_begin(g, adv, 1.0 / ntokens), dt_grpo_restart(g, DT_GRPO_RECORD_REF), st = pass(ref, 0, R, 0, &ignored);
     if (!st && !strcmp(prefix, "dapo")) check_reference(g);
@@ -204,13 +204,34 @@ static dt_status case_start(const dt_grpo_config *gc, const char *dir, dt_progra
     float ignored;
     double s[DT_GRPO_NSTATS];
     dt_status st = dt_grpo_create(gc, R, T, g);
-    if (!st) st = dt_grpo_attach(*g, p);
-    if (!st) st = dt_grpo_attach(*g, ref);
+    if (!st) st = dt_grpo_attach(*g, p, false);
+    if (!st) st = dt_grpo_attach(*g, ref, true);
     if (!st) dt_grpo_begin(*g, adv, 1.0 / ntokens), dt_grpo_restart(*g, DT_GRPO_RECORD_REF), st = pass(ref, 0, R, 0, &ignored);
     if (!st && !(st = load(p, dir, "old"))) dt_grpo_restart(*g, DT_GRPO_RECORD_OLD), st = pass(p, 0, R, 0, &ignored);
     if (!st) st = load(p, dir, "policy");
     if (*g) dt_grpo_stats(*g, s, true);
     return st;
+}
+
+/* Case k (c) of losses.safetensors: its rows made, one training pass over p (pi_old's and the reference's records
+ * first), TRL's loss read and the named gradients' error; *g kept for its statistics (the caller destroys it). */
+static dt_status case_train(dt_safetensors *f, int k, const cJSON *c, const char *dir, dt_program *p, dt_program *ref, const cJSON *names,
+                            dt_grpo **g, float *loss, float *want, double *eg) {
+    dt_grpo_config gc;
+    bool tools;
+    int one = 1;
+    char key[48];
+    dt_model m;
+    case_config(c, &gc, &tools);
+    dt_status st = rows(tools);
+    if (!st) st = case_start(&gc, dir, p, ref, g);
+    dt_program_zero_grad(p);
+    if (!st) dt_grpo_restart(*g, DT_GRPO_TRAIN), st = pass(p, 0, R, 1.0f, loss);
+    snprintf(key, sizeof key, "%d.loss", k);
+    if (!st) st = dt_safetensors_read(f, key, 1, &one, 0, want);
+    dt_program_model(p, &m);
+    snprintf(key, sizeof key, "%d.grad.", k);
+    return st ? st : fixture_named_grads_err(f, &m, key, names, eg);
 }
 
 static void check_cases(const char *dir) {
@@ -223,25 +244,13 @@ static void check_cases(const char *dir) {
     int k = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, cases) {
-        dt_grpo_config gc;
-        bool tools;
         dt_grpo *g = NULL;
         float loss = 0, want = 0, ratio = 0;
         int one = 1;
         char key[48];
-        case_config(c, &gc, &tools);
-        if (!st) st = rows(tools);
-        if (!st) st = case_start(&gc, dir, p, ref, &g);
-        double s[DT_GRPO_NSTATS], eg = 0;
-        dt_program_zero_grad(p);
-        if (!st) dt_grpo_restart(g, DT_GRPO_TRAIN), st = pass(p, 0, R, 1.0f, &loss);
-        snprintf(key, sizeof key, "%d.loss", k);
-        if (!st) st = dt_safetensors_read(f, key, 1, &one, 0, &want);
-        dt_model m;
-        dt_program_model(p, &m);
-        snprintf(key, sizeof key, "%d.grad.", k);
-        if (!st) st = fixture_named_grads_err(f, &m, key, names, &eg);
-        dt_grpo_stats(g, s, true);
+        double s[DT_GRPO_NSTATS] = { 0 }, eg = 0;
+        if (!st) st = case_train(f, k, c, dir, p, ref, names, &g, &loss, &want, &eg);
+        if (g) dt_grpo_stats(g, s, true);
         snprintf(key, sizeof key, "%d.ratio", k);
         /* (a loss near 0 is a difference of terms near 0.1-1, the advantages being centred: relative to 0.1 at least) */
         double el = fabs(loss - want) / fmax(fabs(want), 0.1), er = 0, mine = s[DT_GRPO_CLIP_UNITS] > 0 ? s[DT_GRPO_CLIPPED] / s[DT_GRPO_CLIP_UNITS] : 0;
@@ -304,29 +313,14 @@ static void check_bf16(const char *dir) {
     dt_status st = cases_open(dir, "cases", &f, &cases, &p, &ref);
     if (!st) st = dt_program_set_precision(p, DT_BF16);
     if (!st) st = dt_program_set_precision(ref, DT_BF16);
-    if (!st) st = rows(false);
     double wl = 0, wg = 0;
     const int pick[2] = { 9, 13 };
     const double tol_g[2] = { 1e-1, 5e-2 };
     for (int i = 0; !st && i < 2; i++) {
-        const cJSON *c = cJSON_GetArrayItem(cases, pick[i]);
-        dt_grpo_config gc;
-        bool tools;
         dt_grpo *g = NULL;
         float loss = 0, want = 0;
-        int one = 1;
-        char key[48];
         double eg = 0;
-        dt_model m;
-        case_config(c, &gc, &tools);
-        st = case_start(&gc, dir, p, ref, &g);
-        dt_program_zero_grad(p);
-        if (!st) dt_grpo_restart(g, DT_GRPO_TRAIN), st = pass(p, 0, R, 1.0f, &loss);
-        snprintf(key, sizeof key, "%d.loss", pick[i]);
-        if (!st) st = dt_safetensors_read(f, key, 1, &one, 0, &want);
-        dt_program_model(p, &m);
-        snprintf(key, sizeof key, "%d.grad.", pick[i]);
-        if (!st) st = fixture_named_grads_err(f, &m, key, names, &eg);
+        st = case_train(f, pick[i], cJSON_GetArrayItem(cases, pick[i]), dir, p, ref, names, &g, &loss, &want, &eg);
         wl = fmax(wl, fabs(loss - want) / (1e-2 * fmax(fabs(want), 0.6))), wg = fmax(wg, eg / tol_g[i]);
         dt_grpo_destroy(g);
     }

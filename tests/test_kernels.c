@@ -116,14 +116,14 @@ static void entropy_term(void) {
     printf("%-28s relative error %.2e\n", "entropy, log sum p^2", worst);
     memcpy(g, c.logits, BT * VP * 4);
     dt_ce_grad ce = { .stats = stats, .targets = tg, .V = V, .dscale = 1, .row_scale = c.rs, .ent_scale = c.es, .ent = H };
-    dt_crossentropy_grad(g, BT, VP, &ce);
+    dt_crossentropy_grad_entropy(g, BT, VP, &ce);
     check("ce + entropy d/dlogits", ent_J, &c, c.logits, g, BT * VP);
     uint16_t *l16 = (uint16_t *)keep(malloc(BT * VP * 2));
     float *w16 = zeros(BT * VP), *d16 = zeros(BT * VP);
     dt_lp_pack(l16, c.logits, BT * VP, DT_BF16);
     dt_lp_unpack(w16, l16, BT * VP, DT_BF16);
     dt_crossentropy_forward(losses, stats, w16, tg, BT, V, VP);
-    dt_crossentropy_grad(w16, BT, VP, &ce);
+    dt_crossentropy_grad_entropy(w16, BT, VP, &ce);
     dt_lp_round(w16, BT * VP, DT_BF16);
     dt_crossentropy_grad_lp(d16, l16, 0, BT, VP, 0, VP, &ce, DT_BF16);
     int differ = 0;

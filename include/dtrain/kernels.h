@@ -347,7 +347,7 @@ void dt_crossentropy_grad_lp(float *dst, const uint16_t *logits, int row0, int n
                              dt_dtype t);
 /* The same arithmetic in place of f32 logits (BT rows of Vp, this rank's columns), for a gradient with an entropy term
  * (g->ent_scale; dt_crossentropy_backward's otherwise). */
-void dt_crossentropy_grad(float *logits, int BT, int Vp, const dt_ce_grad *g);
+void dt_crossentropy_grad_entropy(float *logits, int BT, int Vp, const dt_ce_grad *g);
 
 /* Image layers, NCHW. A 2-D convolution (torch.nn.Conv2d, groups 1):
  * weights [OC, C, KH, KW], OH = (H + 2 pad - KH) / stride + 1. */

@@ -481,8 +481,9 @@ void dt_grpo_stats(dt_grpo *g, double out[DT_GRPO_NSTATS], bool clear);
 const float *dt_grpo_reference(const dt_grpo *g); /* [rows * T]: each target's reference log-probability */
 float dt_grpo_token_loss(void *ctx, const dt_token_rows *r, float *dce);
 /* p's loss made g's (its token loss), over its logits at the sampling temperature (TRL's: its log-probabilities are
- * of the distribution the completions were drawn from); the policy's and the reference's programs alike. */
-dt_status dt_grpo_attach(dt_grpo *g, dt_program *p);
+ * of the distribution the completions were drawn from); the policy's and the reference's programs alike, the policy's
+ * forwards with the rows' entropies (reference false). */
+dt_status dt_grpo_attach(dt_grpo *g, dt_program *p, bool reference);
 /* The ranks whose micro-batches an entropy quantile reads together (TRL gathers them; NULL, the default: this one). */
 void dt_grpo_set_comm(dt_grpo *g, dt_comm *c);
 /* After a step with --grpo-adaptive-entropy: the coefficient moved by the step's entropy over the bonus's tokens (sum

@@ -239,7 +239,7 @@ void dt_crossentropy_grad_lp(float *dst, const uint16_t *logits, int row0, int n
     }
 }
 
-void dt_crossentropy_grad(float *logits, int BT, int Vp, const dt_ce_grad *g) {
+void dt_crossentropy_grad_entropy(float *logits, int BT, int Vp, const dt_ce_grad *g) {
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < BT; i++) {
         float *d = logits + (size_t)i * Vp;

@@ -882,7 +882,7 @@ static void head_backward(dt_program *p, float *dres, float grad_scale) {
     bool ent = p->token_loss && s->ent_grad;
     if (p->prec == DT_F32 && ent) {
         dt_ce_grad g = ce_grad(p, dscale);
-        dt_crossentropy_grad(s->logits, BT, p->Vl, &g);
+        dt_crossentropy_grad_entropy(s->logits, BT, p->Vl, &g);
     } else if (p->prec == DT_F32) dt_program_tp_crossentropy_backward(p, dscale);
     /* a token loss: row i's gradient times d(loss)/d(its cross-entropy) (in 16 bits, where the head's backward makes it) */
     for (int i = 0; p->token_loss && !ent && p->prec == DT_F32 && i < BT; i++)

@@ -156,8 +156,9 @@ float dt_dpo_token_loss(void *ctx, const dt_token_rows *r, float *dce) {
         for (int i = 0; known && i < pairs; i++) {
             int sc = pr.scored[2 * i], sr = pr.scored[2 * i + 1];
             pr.shared[i] = c->ld ? (sc < sr ? sc : sr) : INT_MAX;
-            double alpha = c->ld ? c->ld_alpha : 1, lc = row_logp(2 * i, T, r->ce, r->targets, pr.shared[i], alpha),
-                   lr = row_logp(2 * i + 1, T, r->ce, r->targets, pr.shared[i], alpha);
+            /* LD-DPO's log-probabilities, or the plain ones already summed */
+            double lc = c->ld ? row_logp(2 * i, T, r->ce, r->targets, pr.shared[i], c->ld_alpha) : pr.logp[2 * i],
+                   lr = c->ld ? row_logp(2 * i + 1, T, r->ce, r->targets, pr.shared[i], c->ld_alpha) : pr.logp[2 * i + 1];
             double *ref = d->ref + row + 2 * i;
             if (d->reference) ref[0] = lc, ref[1] = lr, d->have[row + 2 * i] = d->have[row + 2 * i + 1] = true;
             known = d->have[row + 2 * i] && d->have[row + 2 * i + 1]; /* never recorded: said by the NaN */

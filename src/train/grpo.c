@@ -258,8 +258,9 @@ void dt_grpo_adapt(dt_grpo *g, double entropy_sum, double tokens) {
     g->last = h;
 }
 
-dt_status dt_grpo_attach(dt_grpo *g, dt_program *p) {
-    dt_status st = dt_program_set_token_loss(p, dt_grpo_token_loss, g, true); /* (the entropies: the metrics', the mask's, the bonus's) */
+dt_status dt_grpo_attach(dt_grpo *g, dt_program *p, bool reference) {
+    /* the policy's entropies: the metrics', the mask's, the bonus's (the reference's forwards record log-probabilities alone) */
+    dt_status st = dt_program_set_token_loss(p, dt_grpo_token_loss, g, !reference);
     return st ? st : dt_program_set_logit_temperature(p, g->c.temperature > 0 ? g->c.temperature : 1.0f); /* (greedy: at 1) */
 }
 
@@ -304,14 +305,14 @@ float dt_grpo_token_loss(void *ctx, const dt_token_rows *r, float *dce) {
     if (row0 + B > g->rows || T != g->T) return NAN; /* more rows than the rollout has: a caller's mistake, made visible */
     for (size_t k = 0; k < (size_t)B * (size_t)T; k++) mb += targets[k] != DT_IGNORE_INDEX, dce[k] = 0;
     bool train = g->mode != DT_GRPO_RECORD_REF; /* (the reference's pass trains nothing) */
-    if (!r->entropy) return NAN; /* (dt_grpo_attach asks for them: a caller's mistake, made visible) */
+    if (train && !r->entropy) return NAN; /* (dt_grpo_attach asks the policy's for them: a caller's mistake, made visible) */
     double loss = 0, thr = train && g->c.top_entropy < 1 ? entropy_threshold(g, r) : -INFINITY;
     if (isnan(thr)) return NAN; /* the gather failed */
     for (int b = 0; b < B; b++) {
         size_t in = (size_t)b * (size_t)T;
         int n = 0;
         for (int t = 0; t < T; t++) n += targets[in + t] != DT_IGNORE_INDEX;
-        loss += row_loss(g, row0 + b, T, ce + in, targets + in, r->entropy + in, thr, dce + in, token_weight(g, n, B, mb), n);
+        loss += row_loss(g, row0 + b, T, ce + in, targets + in, train ? r->entropy + in : NULL, thr, dce + in, token_weight(g, n, B, mb), n);
     }
     if (train && (g->c.entropy_coef != 0 || g->c.adaptive)) loss += entropy_bonus(g, r, thr);
     return g->mode == DT_GRPO_RECORD_REF ? 0 : (float)loss;

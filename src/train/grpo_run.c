@@ -76,7 +76,7 @@ static dt_status make_reference(run *r, dt_grpo_run *gr) {
     dt_status st = dt_gpt2_create_part(&cfg, &whole, &gr->ref);
     if (!st) st = dt_gpt2_copy_slices(r->m, gr->ref);
     if (!st) st = dt_gpt2_set_precision(gr->ref, r->c.precision); /* the policy's arithmetic: the KL starts at 0 in 16 bits too */
-    if (!st) st = dt_grpo_attach(gr->g, dt_gpt2_program(gr->ref));
+    if (!st) st = dt_grpo_attach(gr->g, dt_gpt2_program(gr->ref), true);
     return st ? dt_error(st, "GRPO's reference: %s", dt_last_error()) : DT_OK;
 }
 
@@ -187,7 +187,7 @@ dt_status dt_train_setup_grpo(run *r) {
     }
     if (!st && !(st = dt_grpo_create(&c->grpo, gr->rows, gr->T, &gr->g)) &&
         !(st = alloc_rows(gr)))
-        st = dt_grpo_attach(gr->g, dt_gpt2_program(r->m));
+        st = dt_grpo_attach(gr->g, dt_gpt2_program(r->m), false);
     if (!st) dt_grpo_set_comm(gr->g, r->nranks > 1 ? r->w : NULL); /* (data parallelism alone: the world's ranks) */
     if (!st && c->grpo.beta > 0) st = make_reference(r, gr);
     if (!st && r->rank == 0 && !c->quiet) say_setup(r, gr);
