@@ -213,6 +213,21 @@ r=$(post '{"prompt":"The ","max_tokens":40,"temperature":0}' | text)
 [ "The $r" = "$la" ] && ok "serve a Llama, --nproc 2 --tp 2: generate's text" || fail "serve a Llama: '$r' against '$la'"
 kill -TERM $spid; wait $spid
 
+# ---- logprobs: transformers' log-probabilities of the fixture's Llama folder; the decoder's steps against its prefill ----
+start hflp "$FIX/llama/gqa_folder" --threads 1 --slots 2 || exit 1
+r=$(python3 "$HERE/serve_logprobs.py" hf "$FIX/llama/gqa.safetensors" "$port" 2>&1)
+python3 -c 'import json,sys; w,t,n=json.loads(sys.argv[1]); sys.exit(not (w <= 1e-5 and t == n))' "$r" 2> /dev/null &&
+    ok "logprobs of a Llama folder's prompt (echo, max_tokens 0) against transformers' log_softmax [worst relative, top 5 agree, tokens]: $r" ||
+    fail "logprobs against transformers: $r"
+kill -TERM $spid; wait $spid
+start lp "$dir/byte.bin" --threads 1 --slots 2 || exit 1
+r=$(python3 "$HERE/serve_logprobs.py" same "$port" "The " 2>&1)
+[ "${r%%:*}" = ok ] && ok "logprobs: $r" || fail "logprobs: $r"
+r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d '{"messages":[{"role":"user","content":"a"}],"top_logprobs":2}')
+[ "${r##* }" = 400 ] && echo "$r" | grep -q '"param":"top_logprobs"' && ok "a chat's top_logprobs without logprobs: 400 naming it" ||
+    fail "top_logprobs without logprobs: $r"
+kill -TERM $spid; wait $spid
+
 # ---- bad requests: a 4xx with a message each; the server serves on ----
 start bad "$dir/byte.bin" --threads 1 --slots 2 --upload-timeout 2 || exit 1
 head -c 10000000 /dev/zero | tr '\0' a > "$dir/big"
@@ -237,7 +252,9 @@ top_p 0|400|{"prompt": "The", "top_p": 0}
 min_p above 1|400|{"prompt": "The", "min_p": 1.5}
 repetition_penalty 0|400|{"prompt": "The", "repetition_penalty": 0}
 n 2 (not supported)|400|{"prompt": "The", "n": 2}
-logprobs (not supported)|400|{"prompt": "The", "logprobs": 3}
+logprobs above 20|400|{"prompt": "The", "logprobs": 21}
+logprobs true (the chat API's form) on a completion|400|{"prompt": "The", "logprobs": true}
+max_tokens -1|400|{"prompt": "The", "max_tokens": -1}
 a token id beyond the vocabulary|400|{"prompt": [1, 2, 300]}
 a NUL in the prompt (JSON's \u0000)|400|{"prompt": "The\u0000 end"}
 two JSON values|400|{"prompt": "The"} {"prompt": "A"}
@@ -442,12 +459,15 @@ fi
 if python3 -c 'import openai' 2> /dev/null; then
     start openai "$dir/byte.bin" --threads 1 --slots 2 || exit 1
     r=$(python3 "$HERE/serve_client.py" openai "$port" "The " 2>&1)
-    w=$(echo "$r" | sed -n 1p) sm=$(echo "$r" | sed -n 2p) sp=$(echo "$r" | sed -n 3p) ch=$(echo "$r" | sed -n 4p)
+    w=$(echo "$r" | sed -n 1p) sm=$(echo "$r" | sed -n 2p) sp=$(echo "$r" | sed -n 3p) ch=$(echo "$r" | sed -n 4p) lq=$(echo "$r" | sed -n 5p)
     [ "$w" = "$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "${s:0:20}")" ] && [ "$sm" = "$w" ] && echo "$sp" | grep -q '^\[true, "stop"' &&
         ok "the openai package: completions.create whole $w, streamed the same, stop: $sp" || fail "openai client: $r"
     # [role, whole, streamed, finish, first delta's role, last finish]: the chat's text streamed alike
     python3 -c 'import json,sys; c=json.loads(sys.argv[1]); sys.exit(not (c[0]=="assistant" and c[1]==c[2] and c[3] in ("stop","length") and c[4]=="assistant" and c[5]==c[3]))' "$ch" &&
         ok "the openai package: chat.completions.create whole and streamed alike: $ch" || fail "openai chat: $ch"
+    # [the first prompt token's logprob, the prompt's tokens, the rest below 0, a chat's tokens, their alternatives' counts]
+    python3 -c 'import json,sys; c=json.loads(sys.argv[1]); sys.exit(not (c[0] is None and c[1]==4 and c[2] and c[3]==5 and c[4]==[2]*5))' "$lq" &&
+        ok "the openai package: a prompt's logprobs (echo, max_tokens 0) and a chat's top_logprobs: $lq" || fail "openai logprobs: $lq"
     kill -TERM $spid; wait $spid
 else
     echo "skip: the openai package is not installed and could not be ($(tail -1 "$dir/pip.log" 2> /dev/null)); not counted"

@@ -105,6 +105,12 @@ def openai_client(port, prompt):
     cstream = "".join(ch.choices[0].delta.content or "" for ch in chunks)
     print(json.dumps([chat.choices[0].message.role, chat.choices[0].message.content, cstream, chat.choices[0].finish_reason,
                       chunks[0].choices[0].delta.role, chunks[-1].choices[0].finish_reason]))
+    # logprobs through the client's types: the prompt's scores (echo, no tokens drawn) and a chat's alternatives
+    lp = c.completions.create(model="m", prompt=prompt, max_tokens=0, echo=True, logprobs=2).choices[0].logprobs
+    clp = c.chat.completions.create(model="m", messages=msgs, max_tokens=5, temperature=0, logprobs=True,
+                                    top_logprobs=2).choices[0].logprobs.content
+    print(json.dumps([lp.token_logprobs[0], len(lp.tokens), all(x < 0 for x in lp.token_logprobs[1:]), len(clp),
+                      [len(e.top_logprobs) for e in clp]]))
 
 
 if __name__ == "__main__":

@@ -430,7 +430,7 @@ static const int plen[NREQ] = { 3, 17, 1, 9, 24, 5, 12, 2 };
 
 static dt_infer_request request(int i, record *rc) {
     dt_sampling s = { i % 2 ? 0.9f : 0.0f, i % 3 ? 0 : 20, i == 5 ? 0.8f : 1.0f, 0, 0 };
-    return (dt_infer_request){ prompts[i], plen[i], 12, s, 100 + (uint64_t)i, on_token, on_end, rc };
+    return (dt_infer_request){ prompts[i], plen[i], 12, s, 100 + (uint64_t)i, on_token, on_end, rc, NULL };
 }
 
 /* The requests in `order`, each added at step join[k] (or when a slot frees), over nslots slots and a token budget. */
@@ -501,7 +501,7 @@ static void refusals(dt_gpt2 *m) {
     EXPECT(!dt_batcher_create(d, 8, &b), "batcher: %s", dt_last_error());
     int32_t p[41] = { 0 };
     record rc;
-    dt_infer_request r = { p, 41, 5, { 0, 0, 1, 0, 0 }, 1, on_token, on_end, &rc };
+    dt_infer_request r = { p, 41, 5, { 0, 0, 1, 0, 0 }, 1, on_token, on_end, &rc, NULL };
     EXPECT(dt_batcher_add(b, &r) == DT_ERR_ARG && strstr(dt_last_error(), "41 tokens"), "prompt too long: '%s'", dt_last_error());
     r.nprompt = 3;
     r.sampling.temperature = -1;

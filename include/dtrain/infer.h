@@ -123,6 +123,11 @@ void dt_sample_penalize(float *logits, int V, float p, const uint64_t *seen);
  * their count. */
 int dt_sample_candidates(const float *logits, int V, const dt_sampling *s, void *scratch, int32_t *tokens);
 
+/* A token's log-probability under logits[V] (log softmax, summed in double) and the k most likely tokens with theirs
+ * into top[k], top_lp[k] (most likely first, the lower id first among equals; k 0: none): the model's own
+ * distribution, before temperature, penalties or filters (as vLLM's default, raw_logprobs). */
+float dt_logprob_top(const float *logits, int V, int32_t token, int k, int32_t *top, float *top_lp);
+
 /* Why a request ended. */
 typedef enum {
     DT_FINISH_LENGTH = 0, /* max_tokens generated */
@@ -132,15 +137,19 @@ typedef enum {
 
 typedef struct {
     const int32_t *prompt; /* copied by dt_batcher_add */
-    int nprompt, max_tokens;
+    int nprompt, max_tokens; /* max_tokens 0: the prompt is read (its logits to on_prompt) and the request ends */
     dt_sampling sampling;
     uint64_t seed;
-    /* Called from dt_batcher_step with each new token (logits: its
-     * distribution, [V]); nonzero ends the request (DT_FINISH_STOP). */
+    /* Called from dt_batcher_step with each new token (logits: the model's
+     * distribution it was drawn from, [V], before the repetition penalty);
+     * nonzero ends the request (DT_FINISH_STOP). */
     int (*on_token)(void *ctx, int32_t token, const float *logits);
     /* Called once when it ends (then the request's slot is free). */
     void (*on_end)(void *ctx, dt_finish why, int generated);
     void *ctx;
+    /* NULL, or called with the logits after each prompt token pos (those that predict token pos + 1), pos from 0 to
+     * nprompt - 2 in order, as the prompt is read (a prompt's scores: every prompt row then asks for logits). */
+    void (*on_prompt)(void *ctx, int pos, const float *logits);
 } dt_infer_request;
 
 typedef struct {

@@ -27,7 +27,9 @@ struct dt_batcher {
     slot *slots;
     dt_infer_row *rows;
     int *row_slot; /* the slot of each row that wants logits, in row order */
+    int *row_pos;  /* and its position where it is a prompt's row that only scores (on_prompt), else -1 */
     float *logits;
+    float *drawn;  /* a row's logits as penalized for the draw (on_token gets the model's own) */
     void *scratch;
     long joined;
     dt_batcher_stats stats;
@@ -48,10 +50,12 @@ dt_status dt_batcher_create(dt_decoder *d, int token_budget, dt_batcher **out) {
         b->slots = calloc((size_t)n, sizeof(slot));
         b->rows = malloc(sizeof(dt_infer_row) * (size_t)token_budget);
         b->row_slot = malloc(sizeof(int) * (size_t)token_budget);
+        b->row_pos = malloc(sizeof(int) * (size_t)token_budget);
         b->logits = malloc(sizeof(float) * (size_t)token_budget * (size_t)V);
+        b->drawn = malloc(sizeof(float) * (size_t)V);
         b->scratch = malloc(dt_sample_scratch_bytes(V));
     }
-    if (!b || !b->slots || !b->rows || !b->row_slot || !b->logits || !b->scratch) {
+    if (!b || !b->slots || !b->rows || !b->row_slot || !b->row_pos || !b->logits || !b->drawn || !b->scratch) {
         dt_batcher_destroy(b);
         return dt_error(DT_ERR_NOMEM, "batcher: out of memory for %d rows of %d logits", token_budget, V);
     }
@@ -65,7 +69,9 @@ void dt_batcher_destroy(dt_batcher *b) {
     free(b->slots);
     free(b->rows);
     free(b->row_slot);
+    free(b->row_pos);
     free(b->logits);
+    free(b->drawn);
     free(b->scratch);
     free(b);
 }
@@ -83,7 +89,7 @@ dt_status dt_batcher_add(dt_batcher *b, const dt_infer_request *r) {
     if (r->nprompt < 1) return dt_error(DT_ERR_ARG, "the prompt is empty");
     if (r->nprompt > c->max_seq_len)
         return dt_error(DT_ERR_ARG, "the prompt has %d tokens; the context holds %d", r->nprompt, c->max_seq_len);
-    if (r->max_tokens < 1) return dt_error(DT_ERR_ARG, "max_tokens %d: expected >= 1", r->max_tokens);
+    if (r->max_tokens < 0) return dt_error(DT_ERR_ARG, "max_tokens %d: expected >= 0", r->max_tokens);
     for (int i = 0; i < r->nprompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= c->vocab_size)
             return dt_error(DT_ERR_ARG, "prompt token %d is %d, outside the vocabulary of %d", i, (int)r->prompt[i], c->vocab_size);
@@ -116,7 +122,7 @@ static int plan_rows(dt_batcher *b, int *nlogits) {
         slot *s = &b->slots[k];
         if (!s->busy || s->fed < s->r.nprompt) continue;
         b->rows[n++] = (dt_infer_row){ k, s->r.nprompt + s->generated - 1, s->last, 1 };
-        b->row_slot[m++] = k;
+        b->row_pos[m] = -1, b->row_slot[m++] = k;
         b->stats.decode_rows++;
     }
     while (n < b->budget) {
@@ -128,9 +134,9 @@ static int plan_rows(dt_batcher *b, int *nlogits) {
         if (k < 0) break;
         slot *s = &b->slots[k];
         for (; s->fed < s->r.nprompt && n < b->budget; s->fed++) {
-            int end = s->fed == s->r.nprompt - 1;
-            b->rows[n++] = (dt_infer_row){ k, s->fed, s->prompt[s->fed], end };
-            if (end) b->row_slot[m++] = k;
+            int end = s->fed == s->r.nprompt - 1, scores = !end && s->r.on_prompt;
+            b->rows[n++] = (dt_infer_row){ k, s->fed, s->prompt[s->fed], end || scores };
+            if (end || scores) b->row_pos[m] = scores ? s->fed : -1, b->row_slot[m++] = k;
             b->stats.prefill_rows++;
         }
     }
@@ -145,6 +151,15 @@ static void end(dt_batcher *b, slot *s, dt_finish why) {
     if (s->r.on_end) s->r.on_end(s->r.ctx, why, s->generated);
 }
 
+/* The logits a slot's token is drawn from: l itself, or a copy with the penalties applied (l stays the model's). */
+static const float *penalized(dt_batcher *b, const slot *s, const float *l) {
+    if (!s->seen) return l;
+    int V = dt_decoder_config(b->d)->vocab_size;
+    memcpy(b->drawn, l, sizeof(float) * (size_t)V);
+    dt_sample_penalize(b->drawn, V, s->r.sampling.repetition_penalty, s->seen);
+    return b->drawn;
+}
+
 dt_status dt_batcher_step(dt_batcher *b) {
     int m, n = plan_rows(b, &m);
     if (!n) return DT_OK;
@@ -156,8 +171,9 @@ dt_status dt_batcher_step(dt_batcher *b) {
     for (int i = 0; i < m; i++) {
         slot *s = &b->slots[b->row_slot[i]];
         float *l = b->logits + (size_t)i * c->vocab_size;
-        dt_sample_penalize(l, c->vocab_size, s->r.sampling.repetition_penalty, s->seen); /* (the distribution on_token sees) */
-        s->last = dt_sample_token(l, c->vocab_size, &s->r.sampling, &s->rng, b->scratch);
+        if (b->row_pos[i] >= 0) { s->r.on_prompt(s->r.ctx, b->row_pos[i], l); continue; }
+        if (s->r.max_tokens == 0) { end(b, s, DT_FINISH_LENGTH); continue; } /* (a prompt scored, nothing drawn) */
+        s->last = dt_sample_token(penalized(b, s, l), c->vocab_size, &s->r.sampling, &s->rng, b->scratch);
         if (s->seen) dt_token_set_add(s->seen, s->last);
         s->generated++;
         int stop = s->r.on_token ? s->r.on_token(s->r.ctx, s->last, l) : 0;

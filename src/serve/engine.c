@@ -5,6 +5,7 @@
 #include "serve_internal.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,9 +54,22 @@ void serve_job_release(serve_job *j) {
     if (left) return;
     serve_params_free(&j->p);
     free(j->text);
+    free(j->lp);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
+}
+
+serve_logprob *serve_job_add_logprob(serve_job *j, int32_t token, size_t at) {
+    if (j->nlp == j->caplp) {
+        int cap = j->caplp ? 2 * j->caplp : 64;
+        serve_logprob *lp = realloc(j->lp, sizeof *lp * (size_t)cap);
+        if (!lp) return NULL;
+        j->lp = lp, j->caplp = cap;
+    }
+    serve_logprob *x = &j->lp[j->nlp++];
+    x->token = token, x->logprob = NAN, x->at = at;
+    return x;
 }
 
 void serve_job_cancel(serve_job *j) {
@@ -102,18 +116,27 @@ static bool find_stop(serve_job *j, size_t before, size_t base) {
     return false;
 }
 
+/* A token's log-probability and alternatives (the job's logprobs' count), worked out before taking the job's lock. */
+static void logprob_of(const serve_job *j, const float *logits, int32_t token, serve_logprob *out) {
+    out->logprob = dt_logprob_top(logits, j->engine->v->vocab, token, j->p.top, out->top, out->top_lp);
+}
+
 static int on_token(void *ctx, int32_t token, const float *logits) {
-    (void)logits;
     serve_job *j = ctx;
     serve_engine *e = j->engine;
+    bool ends = dt_token_ends_has(&e->v->ends, token), scored = j->p.logprobs && !ends;
+    serve_logprob one;
+    if (scored) logprob_of(j, logits, token, &one);
     pthread_mutex_lock(&j->mu);
     if (!j->generated++) j->t_first = serve_now();
     size_t before = j->len;
     bool stop = j->cancelled;
-    if (dt_token_ends_has(&e->v->ends, token)) stop = true; /* the end of the text (or another end): a stop, not part of it */
-    else if (serve_vocab_append(e->v, token, &j->text, &j->len, &j->cap)) {
+    serve_logprob *x = scored ? serve_job_add_logprob(j, token, before) : NULL;
+    if (x) one.token = token, one.at = before, *x = one;
+    if (ends) stop = true; /* the end of the text (or another end): a stop, not part of it */
+    else if ((scored && !x) || serve_vocab_append(e->v, token, &j->text, &j->len, &j->cap)) {
         stop = j->failed = true;
-        snprintf(j->message, sizeof j->message, "%s", dt_last_error());
+        snprintf(j->message, sizeof j->message, "%s", x || !scored ? dt_last_error() : "out of memory for logprobs");
     } else if (find_stop(j, before, j->base)) {
         stop = true;
     }
@@ -121,6 +144,19 @@ static int on_token(void *ctx, int32_t token, const float *logits) {
     pthread_cond_broadcast(&j->cv);
     e->new_tokens++;
     return stop;
+}
+
+/* The echoed prompt's token pos + 1 scored by the logits after pos (its entry made when the prompt was echoed). */
+static void on_prompt(void *ctx, int pos, const float *logits) {
+    serve_job *j = ctx;
+    serve_logprob one;
+    logprob_of(j, logits, j->p.prompt[pos + 1], &one);
+    pthread_mutex_lock(&j->mu);
+    if (pos + 1 < j->nlp) {
+        serve_logprob *x = &j->lp[pos + 1];
+        one.token = x->token, one.at = x->at, *x = one;
+    }
+    pthread_mutex_unlock(&j->mu);
 }
 
 static void on_end(void *ctx, dt_finish why, int generated) {
@@ -168,7 +204,8 @@ static void admit(serve_engine *e) {
         if (!gone) j->state = JOB_RUNNING;
         pthread_mutex_unlock(&j->mu);
         if (gone) { e->st.cancelled++; finish_unrun(j, NULL); continue; }
-        dt_infer_request r = { j->p.prompt, j->p.nprompt, j->p.max_tokens, j->p.sampling, j->p.seed, on_token, on_end, j };
+        dt_infer_request r = { j->p.prompt, j->p.nprompt, j->p.max_tokens, j->p.sampling, j->p.seed, on_token, on_end, j,
+                               j->p.echo && j->p.logprobs ? on_prompt : NULL };
         if (dt_batcher_add(e->b, &r)) { finish_unrun(j, dt_last_error()); continue; }
         e->st.prompt_tokens += j->p.nprompt;
         for (int i = 0; i < e->st.slots; i++)

@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,8 @@ typedef struct {
     bool finished;     /* the last bytes are in out */
     long created;
     int chunks;        /* completion objects made so far (a chat stream's first names the role) */
+    int lp_sent;       /* the job's logprobs entries sent */
+    size_t lp_byte, lp_char; /* a byte of the text and the characters before it (text_offset counts characters) */
 } conn_state;
 
 static void conn_release(conn_state *cs) {
@@ -113,6 +116,73 @@ static void choice_text(cJSON *ch, bool chat, bool whole, bool first, const char
     if (calls) cJSON_AddItemToObject(m, "tool_calls", calls);
 }
 
+/* A token's text, its bytes made UTF-8 (a piece of a character shows as U+FFFD; caller frees; NULL: out of memory). */
+static char *token_string(const serve_vocab *v, int32_t id) {
+    char one[16];
+    size_t n, m;
+    const char *t = dt_token_text(v->bpe, id, one, &n);
+    return dt_utf8_clean(t, n, &m);
+}
+
+/* A chat's entry for a token: its text, logprob and bytes. */
+static cJSON *chat_token(const serve_vocab *v, int32_t id, float lp) {
+    char one[16], *s = token_string(v, id);
+    size_t n;
+    const char *t = dt_token_text(v->bpe, id, one, &n);
+    cJSON *e = cJSON_CreateObject(), *b;
+    cJSON_AddStringToObject(e, "token", s ? s : "");
+    cJSON_AddNumberToObject(e, "logprob", lp);
+    b = cJSON_AddArrayToObject(e, "bytes");
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)t[i]));
+    free(s);
+    return e;
+}
+
+/* A chat's logprobs entry: the token and its top alternatives. */
+static cJSON *chat_logprob(const serve_vocab *v, const serve_logprob *x, int top) {
+    cJSON *e = chat_token(v, x->token, x->logprob), *alts = cJSON_AddArrayToObject(e, "top_logprobs");
+    for (int i = 0; i < top; i++) cJSON_AddItemToArray(alts, chat_token(v, x->top[i], x->top_lp[i]));
+    return e;
+}
+
+/* A completion's logprobs entry into its four arrays: the token, its logprob (null: the prompt's first), its top
+ * alternatives as {text: logprob} with the token's own among them (as OpenAI's: up to N + 1), its text's offset in
+ * characters. */
+static void completion_logprob(conn_state *cs, const serve_logprob *x, cJSON *arrays[4]) {
+    const serve_vocab *v = cs->h->vocab;
+    int top = cs->job->p.top;
+    bool none = isnan(x->logprob);
+    char *s = token_string(v, x->token);
+    cJSON_AddItemToArray(arrays[0], cJSON_CreateString(s ? s : ""));
+    cJSON_AddItemToArray(arrays[1], none ? cJSON_CreateNull() : cJSON_CreateNumber(x->logprob));
+    cJSON *alts = none ? cJSON_CreateNull() : cJSON_CreateObject();
+    for (int i = 0; !none && i <= top; i++) { /* the top N, then the token itself where it is not among them */
+        char *k = i < top ? token_string(v, x->top[i]) : s;
+        if (k && !cJSON_GetObjectItemCaseSensitive(alts, k)) cJSON_AddNumberToObject(alts, k, i < top ? x->top_lp[i] : x->logprob);
+        if (i < top) free(k);
+    }
+    cJSON_AddItemToArray(arrays[2], alts);
+    const char *text = cs->job->text;
+    for (; cs->lp_byte < x->at; cs->lp_byte++) cs->lp_char += ((unsigned char)text[cs->lp_byte] & 0xC0) != 0x80;
+    cJSON_AddItemToArray(arrays[3], cJSON_CreateNumber((double)cs->lp_char));
+    free(s);
+}
+
+/* The logprobs of the job's tokens not yet sent whose text starts before byte upto (null without logprobs). */
+static cJSON *logprobs_json(conn_state *cs, size_t upto) {
+    serve_job *j = cs->job;
+    if (!j->p.logprobs) return cJSON_CreateNull();
+    cJSON *o = cJSON_CreateObject(), *arrays[4] = { 0 }, *content = NULL;
+    static const char *names[4] = { "tokens", "token_logprobs", "top_logprobs", "text_offset" };
+    if (j->p.chat) content = cJSON_AddArrayToObject(o, "content"), cJSON_AddNullToObject(o, "refusal");
+    else for (int i = 0; i < 4; i++) arrays[i] = cJSON_AddArrayToObject(o, names[i]);
+    for (; cs->lp_sent < j->nlp && j->lp[cs->lp_sent].at < upto; cs->lp_sent++) {
+        if (j->p.chat) cJSON_AddItemToArray(content, chat_logprob(cs->h->vocab, &j->lp[cs->lp_sent], j->p.top));
+        else completion_logprob(cs, &j->lp[cs->lp_sent], arrays);
+    }
+    return o;
+}
+
 /* A completion object (a chat's: chat.completion, streamed as chat.completion.chunk): the whole one (usage
  * included) or a streamed chunk of text (and of reasoning: rn bytes at reasoning, NULL: none; and tool calls: calls,
  * taken, NULL: none). */
@@ -133,7 +203,7 @@ static char *completion_json(conn_state *cs, const char *text, size_t n, const c
     cJSON_AddItemToArray(choices, ch);
     cJSON_AddNumberToObject(ch, "index", 0);
     choice_text(ch, chat, whole, cs->chunks++ == 0, clean ? clean : "", reasoning ? rclean ? rclean : "" : NULL, calls);
-    cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddItemToObject(ch, "logprobs", logprobs_json(cs, reason ? cs->job->len : cs->job->visible));
     if (reason) cJSON_AddStringToObject(ch, "finish_reason", reason);
     else cJSON_AddNullToObject(ch, "finish_reason");
     if (usage) {
@@ -323,9 +393,15 @@ static enum MHD_Result completions(serve_http *h, conn_state *cs, bool chat) {
     cs->created = (long)time(NULL);
     serve_job *j = serve_job_create(&p, cs->id);
     if (!j) { serve_params_free(&p); return send_error(h, cs->conn, 500, NULL, "out of memory"); }
-    if (j->p.echo) /* the prompt's text first */
-        for (int i = 0; i < j->p.nprompt; i++) serve_vocab_append(h->vocab, j->p.prompt[i], &j->text, &j->len, &j->cap);
-    j->base = j->visible = j->len;
+    bool scores = j->p.echo && j->p.logprobs;
+    if (j->p.echo) /* the prompt's text first (with logprobs, an entry a token, scored as the prompt is read) */
+        for (int i = 0; i < j->p.nprompt; i++)
+            if ((scores && !serve_job_add_logprob(j, j->p.prompt[i], j->len)) || serve_vocab_append(h->vocab, j->p.prompt[i], &j->text, &j->len, &j->cap)) {
+                serve_job_release(j), serve_job_release(j);
+                return send_error(h, cs->conn, 500, NULL, "out of memory for the echoed prompt");
+            }
+    j->base = j->len;
+    j->visible = scores ? 0 : j->len; /* (the prompt's scores come with the first token, or the end) */
     if (serve_engine_submit(h->engine, j)) {
         serve_job_release(j); /* the engine's reference, never taken */
         serve_job_release(j);

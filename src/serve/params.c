@@ -96,13 +96,34 @@ static dt_status refuse_unsupported(const cJSON *o, const char **param) {
         if (f && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == nums[i].neutral))
             return bad(param, nums[i].name, "'%s' is not supported by this server%s", " (only its default)");
     }
-    static const char *absent[] = { "logprobs", "suffix", "logit_bias" };
+    static const char *absent[] = { "suffix", "logit_bias" };
     for (size_t i = 0; i < sizeof absent / sizeof *absent; i++) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, absent[i]);
         if (f && !cJSON_IsNull(f) && !(cJSON_IsObject(f) && !f->child))
             return bad(param, absent[i], "'%s' is not supported by this server%s", "");
     }
     return DT_OK;
+}
+
+/* Log-probabilities: a completion's "logprobs": N (each token's, with its N most likely alternatives; null: none); a
+ * chat's "logprobs": true with "top_logprobs": N (0 by default; refused without logprobs, as OpenAI does). */
+static dt_status read_logprobs(const cJSON *o, bool chat, serve_params *p, const char **param) {
+    double n;
+    dt_status st;
+    if (!chat) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "logprobs");
+        p->logprobs = f && !cJSON_IsNull(f);
+        if (!p->logprobs) return DT_OK;
+        if (cJSON_IsBool(f)) return bad(param, "logprobs", "'%s' of a completion is a count of alternatives, 0 to 20%s", " (true is the chat API's)");
+        st = number(o, "logprobs", 0, SERVE_MAX_TOP, true, 0, &n, param);
+    } else {
+        const cJSON *top = cJSON_GetObjectItemCaseSensitive(o, "top_logprobs");
+        if ((st = read_flag(o, "logprobs", &p->logprobs, param))) return st;
+        if (top && !cJSON_IsNull(top) && !p->logprobs) return bad(param, "top_logprobs", "'%s' needs \"logprobs\": true%s", "");
+        st = number(o, "top_logprobs", 0, SERVE_MAX_TOP, true, 0, &n, param);
+    }
+    p->top = (int)n;
+    return st;
 }
 
 /* chat_template_kwargs (vLLM's and SGLang's field): enable_thinking, whether Qwen 3 thinks (true unless said), and
@@ -162,7 +183,13 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
     if (!st) st = read_stop(o, p, param); /* before a chat's own stop */
     if (!st) st = chat ? read_messages(o, v, p, param) : read_prompt(o, v, p, param);
     if (!st && p->nprompt < 1) st = bad(param, "prompt", "'%s' is empty%s", "");
-    if (!st) st = number(o, max_name, 1, 1e9, true, chat ? context : 16, &mt, param);
+    for (int i = 0; !st && i < p->nprompt; i++) /* (text read as bytes by a model of fewer than 256 tokens) */
+        if (p->prompt[i] >= v->vocab) {
+            *param = chat ? "messages" : "prompt";
+            st = dt_error(DT_ERR_ARG, "the prompt's byte %d (0x%02x) is outside this model's vocabulary of %d", i, (unsigned)p->prompt[i], v->vocab);
+        }
+    /* a completion of max_tokens 0 reads its prompt alone (with echo and logprobs: the prompt's scores) */
+    if (!st) st = number(o, max_name, chat ? 1 : 0, 1e9, true, chat ? context : 16, &mt, param);
     if (!st && chat && mt > context - p->nprompt && !cJSON_GetObjectItemCaseSensitive(o, max_name)) mt = context - p->nprompt;
     if (!st) st = number(o, "temperature", 0, 100, false, 1, &temp, param);
     if (!st) st = number(o, "top_p", 0, 1, false, 1, &topp, param);
@@ -174,8 +201,9 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
     if (!st) st = number(o, "seed", 0, 9007199254740991.0, true, 0, &seed, param);
     if (!st) st = read_flag(o, "stream", &p->stream, param);
     if (!st && !chat) st = read_flag(o, "echo", &p->echo, param);
+    if (!st) st = read_logprobs(o, chat, p, param);
     if (st) return st;
-    if ((double)p->nprompt + mt > context || mt < 1) {
+    if ((double)p->nprompt + mt > context || (chat && mt < 1)) {
         *param = chat && mt < 1 ? "messages" : max_name;
         if (mt < 1)
             return dt_error(DT_ERR_ARG, "the server's context (--context) holds %d tokens and the messages take %d: shorten them", context, p->nprompt);

@@ -26,6 +26,7 @@ dt_status serve_vocab_append(const serve_vocab *v, int32_t id, char **buf, size_
 
 
 #define SERVE_MAX_STOP 4
+#define SERVE_MAX_TOP 20 /* logprobs' alternatives a token (vLLM's default --max-logprobs) */
 
 /* A completion request as the client sent it, checked. */
 typedef struct {
@@ -36,6 +37,8 @@ typedef struct {
     char *stop[SERVE_MAX_STOP];
     int nstop;
     bool stream, echo;
+    bool logprobs;       /* each token's log-probability (a completion's "logprobs": N, a chat's "logprobs": true) */
+    int top;             /* and its top alternatives (0 to SERVE_MAX_TOP: N, or a chat's "top_logprobs") */
     bool chat;           /* /v1/chat/completions: messages in, a chat.completion out */
     bool tools;          /* with tools the model may call (tool_choice auto): its answer's tool calls read (tool_calls.c) */
 } serve_params;
@@ -68,6 +71,15 @@ void serve_reasoning_next(const serve_split *s, size_t sent_r, size_t sent_c, si
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
 
+/* A token of a job's text with its log-probability (NAN: none, the echoed prompt's first) and the top alternatives. */
+typedef struct {
+    int32_t token;
+    float logprob;
+    size_t at;  /* where its bytes start in the job's text */
+    int32_t top[SERVE_MAX_TOP];
+    float top_lp[SERVE_MAX_TOP];
+} serve_logprob;
+
 /* One request in flight. The engine writes text and the state; the HTTP
  * thread reads them and sends; both hold a reference, the last frees. */
 typedef struct serve_job {
@@ -81,6 +93,8 @@ typedef struct serve_job {
     size_t visible;      /* of those, the bytes that can go out: not a possible start of a stop sequence nor half a character */
     size_t base;         /* the echoed prompt's bytes at the start (stop sequences are looked for after them) */
     int generated;
+    serve_logprob *lp;   /* with logprobs: an entry a token of text (the echoed prompt's, then the answer's) */
+    int nlp, caplp;
     bool cancelled;      /* the client left: the engine ends it at its next token */
     bool failed;         /* the engine could not run it (error in message) */
     char message[256];
@@ -92,6 +106,9 @@ typedef struct serve_job {
 } serve_job;
 
 serve_job *serve_job_create(serve_params *p, long id); /* takes p's contents; refs 2 (engine and HTTP) */
+/* Under the job's lock (or before it is submitted): an entry for token, its text starting at byte at (NULL: out of
+ * memory). */
+serve_logprob *serve_job_add_logprob(serve_job *j, int32_t token, size_t at);
 void serve_job_release(serve_job *j);
 void serve_job_cancel(serve_job *j);
 

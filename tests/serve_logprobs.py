@@ -1,0 +1,122 @@
+"""dtrain serve's logprobs, checked from outside (serve_checks.sh runs it; the standard library only).
+
+hf FIXTURE PORT: a server on the fixture's Hugging Face folder scores each row of the fixture's inputs (echo,
+  max_tokens 0, logprobs 5); every token's log-probability against log_softmax of transformers' logits, and the five
+  alternatives against transformers' five most likely. Prints [worst relative error, rows' tokens whose top 5 agree,
+  tokens].
+same PORT PROMPT: on a byte-level model: a greedy completion's logprobs against the server's scores of the prompt
+  and completion read as one prompt (the decoder's steps against its prefill); each drawn token its own first
+  alternative; the streamed logprobs the whole answer's; a sampled completion's and one cut by a stop sequence
+  likewise; a chat answer's entries in the chat form, its tokens joined its content. Prints what failed, or "ok ...".
+"""
+import json
+import math
+import struct
+import sys
+import urllib.request
+
+
+def tensors(path, names):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+        out = {}
+        for k in names:
+            d = head[k]
+            a, b = d["data_offsets"]
+            f.seek(8 + n + a)
+            out[k] = (struct.unpack("<%d%s" % ((b - a) // 4, "f" if d["dtype"] == "F32" else "i"), f.read(b - a)), d["shape"])
+        return out
+
+
+def post(port, body, path="/v1/completions"):
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        if not body.get("stream"):
+            return json.load(r)
+        chunks = []
+        for line in r:
+            line = line.decode()
+            if line.startswith("data: ") and line.strip() != "data: [DONE]":
+                chunks.append(json.loads(line[6:]))
+        return chunks
+
+
+def hf(fixture, port):
+    t = tensors(fixture, ["inputs", "logits"])
+    (inp, ishape), (lg, lshape) = t["inputs"], t["logits"]
+    rows, T, V = ishape[0], ishape[1], lshape[2]
+    worst, tops = 0.0, 0
+    for row in range(rows):
+        ids = list(inp[row * T:(row + 1) * T])
+        lp = post(port, {"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 5})["choices"][0]["logprobs"]
+        assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None and len(lp["tokens"]) == T, lp
+        for i in range(1, T):
+            logits = lg[(row * T + i - 1) * V:(row * T + i) * V]
+            m = max(logits)
+            lse = m + math.log(sum(math.exp(x - m) for x in logits))
+            want = logits[ids[i]] - lse
+            worst = max(worst, abs(lp["token_logprobs"][i] - want) / abs(want))
+            top = sorted(range(V), key=lambda v: (-logits[v], v))[:5]
+            got = lp["top_logprobs"][i]  # the text of a byte below 128 is its character (NUL's U+FFFD: C strings hold none)
+            key = [chr(v) if v else "\ufffd" for v in top]
+            tops += all(k in got and abs(got[k] - (logits[v] - lse)) <= 1e-5 * abs(logits[v] - lse) for k, v in zip(key, top))
+    print(json.dumps([worst, tops, rows * (T - 1)]))
+
+
+def same(port, prompt):
+    bad = []
+    g = post(port, {"prompt": prompt, "max_tokens": 24, "temperature": 0, "logprobs": 3})["choices"][0]
+    lp, text = g["logprobs"], g["text"]
+    if "".join(lp["tokens"]) != text or len(lp["tokens"]) != len(text):
+        bad.append("greedy: tokens %r against the text %r" % (lp["tokens"], text))
+    for tok, x, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+        first = max(top, key=top.get)
+        if first != tok or top[tok] != x or len(top) != 3:
+            bad.append("greedy: %r (%g) is not its own first of three alternatives %r" % (tok, x, top))
+    if lp["text_offset"] != list(range(len(text))):
+        bad.append("text_offset %r" % lp["text_offset"])
+    # the decode steps' log-probabilities against the prefill's of the same text
+    ids = [ord(c) for c in prompt + text]
+    s = post(port, {"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 0})["choices"][0]["logprobs"]
+    scored = s["token_logprobs"][len(prompt):]
+    err = max(abs(a - b) for a, b in zip(lp["token_logprobs"], scored))
+    if len(scored) != len(lp["token_logprobs"]) or err > 1e-5:
+        bad.append("decoded %r against scored %r" % (lp["token_logprobs"], scored))
+    # streamed: the chunks' entries are the whole answer's
+    chunks = post(port, {"prompt": prompt, "max_tokens": 24, "temperature": 0, "logprobs": 3, "stream": True})
+    joined = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    for c in chunks:
+        for k in joined:
+            joined[k] += c["choices"][0]["logprobs"][k]
+    if joined != lp:
+        bad.append("streamed %r against whole %r" % (joined, lp))
+    # sampled, and cut by a stop sequence: an entry a byte of the text that stays
+    r = post(port, {"prompt": prompt, "max_tokens": 24, "temperature": 1, "seed": 7, "logprobs": 1})["choices"][0]
+    ids = [ord(c) for c in prompt + r["text"]]
+    s = post(port, {"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 0})["choices"][0]["logprobs"]
+    if "".join(r["logprobs"]["tokens"]) != r["text"] or \
+            max(abs(a - b) for a, b in zip(r["logprobs"]["token_logprobs"], s["token_logprobs"][len(prompt):])) > 1e-5:
+        bad.append("sampled: %r against %r" % (r["logprobs"], s))
+    stop = text[6:8]
+    c = post(port, {"prompt": prompt, "max_tokens": 24, "temperature": 0, "logprobs": 0, "stop": [stop]})["choices"][0]
+    if c["text"] != text[:text.find(stop)] or "".join(c["logprobs"]["tokens"]) != c["text"]:
+        bad.append("stop %r: %r, tokens %r" % (stop, c["text"], c["logprobs"]["tokens"]))
+    # a chat's: OpenAI's content entries, each with its bytes and two alternatives
+    ch = post(port, {"messages": [{"role": "user", "content": prompt}], "max_tokens": 16, "temperature": 0, "logprobs": True,
+                     "top_logprobs": 2}, "/v1/chat/completions")["choices"][0]
+    content = ch["logprobs"]["content"]
+    if "".join(e["token"] for e in content) != ch["message"]["content"] or \
+            any(len(e["top_logprobs"]) != 2 or e["bytes"] != [ord(e["token"])] or e["top_logprobs"][0]["token"] != e["token"]
+                or e["top_logprobs"][0]["logprob"] != e["logprob"] for e in content):
+        bad.append("chat: %r" % ch)
+    print("\n".join(bad) if bad else "ok: %d greedy tokens (decoded against scored %.2g), streamed alike, sampled, stopped, chat" %
+          (len(lp["tokens"]), err))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "hf":
+        hf(sys.argv[2], int(sys.argv[3]))
+    else:
+        same(int(sys.argv[2]), sys.argv[3])
