@@ -2,11 +2,15 @@
 """Reference fixture for dtrain's sampling filters, computed by Hugging Face's logits processors (the oracle): the
 tokens a draw chooses among after RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper,
 TopPLogitsWarper and MinPLogitsWarper, in the order generate applies them (transformers' _get_logits_processor).
+OpenAI's logit_bias and presence/frequency penalties, which transformers does not have, are computed here in PyTorch
+as OpenAI's API reference defines them (mu[j] - c[j] * frequency - (c[j] > 0) * presence, c[j] the times token j was
+drawn) and in vLLM's order and roundings (logit_bias added first; after the repetition penalty, the two subtractions).
 
 Writes tests/fixtures/sampling/cases.safetensors: "logits" [ROWS, V] (random, no ties), and for case k of CASES (its
 metadata "cases": row, temperature, top_k, top_p, min_p, repetition_penalty with ids, the tokens the sequence holds
 (the row's three most likely and its least), and kept: how many) "kept.<k>" the kept tokens' ids (int32, ascending),
-and with a penalty "penalized.<k>" the row's logits after it.
+and with a penalty or bias "penalized.<k>" the row's logits after them (cases with presence_penalty also hold drawn, the
+tokens drawn so far: the row's most likely three times, its second and its least once; logit_bias {"id": bias}).
 Run with the baselines' environment (scripts/make-baselines-venv.sh):
   .venv-baselines/bin/python scripts/make_sampling_fixture.py
 """
@@ -32,6 +36,10 @@ CASES = [
     {"row": 0, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.1, "repetition_penalty": 1.3},
     {"row": 1, "temperature": 0.8, "top_k": 10, "top_p": 0.9, "min_p": 0.0, "repetition_penalty": 2.0},
     {"row": 2, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.05, "repetition_penalty": 0.7},
+    {"row": 0, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.1, "presence_penalty": 0.8, "frequency_penalty": 0.5},
+    {"row": 1, "temperature": 0.9, "top_k": 10, "top_p": 0.9, "min_p": 0.0, "presence_penalty": -0.5, "frequency_penalty": 1.5,
+     "repetition_penalty": 1.2, "logit_bias": {"5": 3.0, "17": -100.0}},
+    {"row": 2, "temperature": 1.0, "top_k": 8, "top_p": 1.0, "min_p": 0.0, "logit_bias": {"0": 4.0, "63": 2.5}},
 ]
 
 
@@ -42,11 +50,20 @@ def main():
     for k, c in enumerate(CASES):
         x = logits[c["row"]].clone().unsqueeze(0)
         ids = torch.zeros(1, 1, dtype=torch.long)
+        for t, b in c.get("logit_bias", {}).items():
+            x[0, int(t)] += b
         if "repetition_penalty" in c:
             order = torch.argsort(x[0], descending=True)
             c["ids"] = order[:3].tolist() + [order[-1].item()]
             ids = torch.tensor([c["ids"]])
             x = RepetitionPenaltyLogitsProcessor(c["repetition_penalty"])(ids, x)
+        if "presence_penalty" in c:
+            order = torch.argsort(logits[c["row"]], descending=True)
+            c["drawn"] = [order[0].item()] * 3 + [order[1].item(), order[-1].item()]
+            counts = torch.bincount(torch.tensor(c["drawn"]), minlength=V).to(x.dtype)
+            x[0] -= c["frequency_penalty"] * counts
+            x[0] -= c["presence_penalty"] * (counts > 0).to(x.dtype)
+        if "repetition_penalty" in c or "presence_penalty" in c or "logit_bias" in c:
             out[f"penalized.{k}"] = x[0].clone().contiguous()
         warpers = [TemperatureLogitsWarper(c["temperature"])]
         if c["top_k"] > 0:

@@ -1,5 +1,6 @@
 /* The sampler's filters (the repetition penalty, temperature, top-k, top-p, min-p) against Hugging Face's logits
- * processors in generate's order (tests/fixtures/sampling/cases.safetensors, scripts/make_sampling_fixture.py): the
+ * processors in generate's order, and OpenAI's logit_bias and presence/frequency penalties as its API reference
+ * defines them in vLLM's order (tests/fixtures/sampling/cases.safetensors, scripts/make_sampling_fixture.py): the
  * penalized logits exactly, the same tokens kept, and draws that land only on them, each of a case's few reached. */
 #include "dtrain/infer.h"
 #include "fixture_checks.h"
@@ -8,28 +9,40 @@ enum { ROWS = 3, V = 64, DRAWS = 4000 };
 
 static int by_id(const void *a, const void *b) { return *(const int32_t *)a - *(const int32_t *)b; }
 
-/* A case's row, penalized as its "repetition_penalty" and "ids" say (the sequence's tokens): whether it is the fixture's
- * "penalized.<k>" bit for bit (true without a penalty). */
-static bool penalized(dt_safetensors *f, int k, const cJSON *c, float pen, float *row) {
+/* A case's row, biased and penalized as its "logit_bias", "repetition_penalty" with "ids" (the sequence's tokens) and
+ * presence and frequency penalties with "drawn" say, as the batcher does: whether it is the fixture's "penalized.<k>"
+ * bit for bit (true without any). */
+static bool penalized(dt_safetensors *f, int k, const cJSON *c, const dt_sampling *s, float *row) {
     uint64_t seen[(V + 63) / 64] = { 0 };
+    int32_t counts[V] = { 0 };
     const cJSON *id;
     float want[V];
     char key[32];
-    if (pen == 0) return true;
+    if (s->repetition_penalty == 0 && s->presence_penalty == 0 && s->frequency_penalty == 0 && !s->nlogit_bias) return true;
     cJSON_ArrayForEach(id, cJSON_GetObjectItemCaseSensitive(c, "ids")) dt_token_set_add(seen, id->valueint);
-    dt_sample_penalize(row, V, pen, seen);
+    cJSON_ArrayForEach(id, cJSON_GetObjectItemCaseSensitive(c, "drawn")) counts[id->valueint]++;
+    dt_sample_bias(row, V, s);
+    dt_sample_penalize(row, V, s->repetition_penalty, seen);
+    dt_sample_penalize_counts(row, V, s->presence_penalty, s->frequency_penalty, counts);
     snprintf(key, sizeof key, "penalized.%d", k);
     return !dt_safetensors_read(f, key, 1, (const int[]){ V }, 0, want) && !memcmp(want, row, sizeof want);
 }
 
 /* One case: the kept set's and the draws' verdicts into *set_ok, *draw_ok. */
 static dt_status one_case(dt_safetensors *f, int k, const float *logits, const cJSON *c, bool *set_ok, bool *draw_ok) {
-    double pen = fixture_number(c, "repetition_penalty");
+    double pen = fixture_number(c, "repetition_penalty"), pres = fixture_number(c, "presence_penalty"),
+           freq = fixture_number(c, "frequency_penalty");
+    dt_logit_bias bias[V];
+    int nbias = 0;
+    const cJSON *b;
+    cJSON_ArrayForEach(b, cJSON_GetObjectItemCaseSensitive(c, "logit_bias"))
+        if (nbias < V) bias[nbias++] = (dt_logit_bias){ atoi(b->string), (float)b->valuedouble };
     dt_sampling s = { (float)fixture_number(c, "temperature"), (int)fixture_number(c, "top_k"), (float)fixture_number(c, "top_p"),
-                      (float)fixture_number(c, "min_p"), isnan(pen) ? 0 : (float)pen };
+                      (float)fixture_number(c, "min_p"), isnan(pen) ? 0 : (float)pen, isnan(pres) ? 0 : (float)pres,
+                      isnan(freq) ? 0 : (float)freq, bias, nbias };
     float row[V];
     memcpy(row, logits + (int)fixture_number(c, "row") * V, sizeof row);
-    bool pen_ok = penalized(f, k, c, s.repetition_penalty, row);
+    bool pen_ok = penalized(f, k, c, &s, row);
     int n = (int)fixture_number(c, "kept"), seen[V] = { 0 };
     int32_t want[V], got[V];
     char key[32];
@@ -77,17 +90,24 @@ int main(int argc, char **argv) {
         sets += set_ok, draws += draw_ok, k++;
     }
     char what[160], detail[96];
-    snprintf(what, sizeof what, "%d cases (repetition penalty, temperature, top-k, top-p, min-p): the tokens kept are HF's", k);
+    snprintf(what, sizeof what, "%d cases (logit bias, repetition, presence and frequency penalties, temperature, top-k, top-p, "
+             "min-p): the logits and tokens kept are the oracle's", k);
     snprintf(detail, sizeof detail, "%d of %d", sets, k);
-    if (!st) check(what, k >= 11 && sets == k, detail);
+    if (!st) check(what, k >= 14 && sets == k, detail);
     snprintf(what, sizeof what, "%d draws a case land only on them (each of a few reached)", DRAWS);
     snprintf(detail, sizeof detail, "%d of %d", draws, k);
-    if (!st) check(what, k >= 11 && draws == k, detail);
-    dt_sampling bad = { 1, 0, 1, 1.5f, 0 }, neg = { 1, 0, 1, 0, -1 };
+    if (!st) check(what, k >= 14 && draws == k, detail);
+    dt_logit_bias inf = { 3, INFINITY };
+    dt_sampling bad = { 1, 0, 1, 1.5f, 0, 0, 0, NULL, 0 }, neg = { 1, 0, 1, 0, -1, 0, 0, NULL, 0 }, nanp = { 1, 0, 1, 0, 0, NAN, 0, NULL, 0 },
+                infb = { 1, 0, 1, 0, 0, 0, 0, &inf, 1 };
     bool refused = dt_sampling_check(&bad) && strstr(dt_last_error(), "min_p");
     check("refused: min_p above 1", refused, dt_last_error());
     refused = dt_sampling_check(&neg) && strstr(dt_last_error(), "repetition_penalty");
     check("refused: a negative repetition penalty", refused, dt_last_error());
+    refused = dt_sampling_check(&nanp) && strstr(dt_last_error(), "presence_penalty");
+    check("refused: a presence penalty of NaN", refused, dt_last_error());
+    refused = dt_sampling_check(&infb) && strstr(dt_last_error(), "logit_bias of token 3");
+    check("refused: an infinite logit bias", refused, dt_last_error());
     if (st) printf("FAIL sampling: %s\n", dt_last_error()), failed++;
     cJSON_Delete(cases);
     dt_safetensors_close(f);

@@ -91,24 +91,42 @@ dt_status dt_decoder_lead(dt_decoder *d);
 dt_status dt_decoder_follow(dt_decoder *d);
 dt_status dt_decoder_release(dt_decoder *d);
 
+/* OpenAI's logit_bias: bias added to token's logit before the draw. */
+typedef struct {
+    int32_t token;
+    float bias;
+} dt_logit_bias;
+
 /* How the next token is drawn: temperature 0 takes the most likely (the
  * lowest id among equals); else softmax(logits / temperature) over the
  * top_k most likely (0: all), of those the fewest whose probability
  * reaches top_p (1: all), and of those the ones at least min_p times as
  * likely as the most likely (0: all; Hugging Face's order and min_p).
- * Before them repetition_penalty (0 or 1: none; Hugging Face's and vLLM's)
- * divides the positive logits of the tokens the sequence holds (prompt and
- * drawn) by it and multiplies the negative ones (dt_sample_penalize). */
+ * Before them, in vLLM's order: logit_bias (nlogit_bias entries, the
+ * caller's while a request runs) added; repetition_penalty (0 or 1: none;
+ * Hugging Face's and vLLM's) dividing the positive logits of the tokens the
+ * sequence holds (prompt and drawn) and multiplying the negative ones
+ * (dt_sample_penalize); then OpenAI's frequency_penalty times the times a
+ * token was drawn and its presence_penalty once subtracted (the prompt not
+ * counted, as vLLM's; dt_sample_penalize_counts). The batcher applies all
+ * of them. */
 typedef struct {
     float temperature;
     int top_k;
     float top_p;
     float min_p;
     float repetition_penalty;
+    float presence_penalty, frequency_penalty;
+    const dt_logit_bias *logit_bias;
+    int nlogit_bias;
 } dt_sampling;
 /* Checks the ranges (temperature >= 0 and finite, top_k >= 0, 0 < top_p <= 1, 0 <= min_p <= 1, repetition_penalty 0
- * or above 0 and finite), naming the bad one. */
+ * or above 0 and finite, the presence and frequency penalties and biases finite), naming the bad one. */
 dt_status dt_sampling_check(const dt_sampling *s);
+/* logits[V] with s's logit_bias added (tokens outside [0, V) skipped: dt_batcher_add refuses them). */
+void dt_sample_bias(float *logits, int V, const dt_sampling *s);
+/* logits[V] less frequency times counts[v] and presence where counts[v] > 0 (OpenAI's and vLLM's, in vLLM's order). */
+void dt_sample_penalize_counts(float *logits, int V, float presence, float frequency, const int32_t *counts);
 /* The next token from logits[V]; rng advanced (only when drawing); scratch
  * of dt_sample_scratch_bytes(V). */
 int32_t dt_sample_token(const float *logits, int V, const dt_sampling *s, uint64_t *rng, void *scratch);

@@ -17,6 +17,7 @@ typedef struct {
     int generated; /* tokens drawn so far */
     int32_t last;  /* the last token drawn (the next decode row's input) */
     uint64_t *seen; /* with a repetition penalty: the tokens the sequence holds (dt_token_set_add) */
+    int32_t *counts; /* with a presence or frequency penalty: the times each token was drawn */
     long order;    /* when it joined: prompts are read oldest first */
     uint64_t rng;
 } slot;
@@ -65,7 +66,7 @@ dt_status dt_batcher_create(dt_decoder *d, int token_budget, dt_batcher **out) {
 
 void dt_batcher_destroy(dt_batcher *b) {
     if (!b) return;
-    for (int i = 0; b->slots && i < b->nslots; i++) free(b->slots[i].prompt), free(b->slots[i].seen);
+    for (int i = 0; b->slots && i < b->nslots; i++) free(b->slots[i].prompt), free(b->slots[i].seen), free(b->slots[i].counts);
     free(b->slots);
     free(b->rows);
     free(b->row_slot);
@@ -95,21 +96,26 @@ dt_status dt_batcher_add(dt_batcher *b, const dt_infer_request *r) {
             return dt_error(DT_ERR_ARG, "prompt token %d is %d, outside the vocabulary of %d", i, (int)r->prompt[i], c->vocab_size);
     dt_status st = dt_sampling_check(&r->sampling);
     if (st) return st;
+    for (int i = 0; i < r->sampling.nlogit_bias; i++)
+        if (r->sampling.logit_bias[i].token < 0 || r->sampling.logit_bias[i].token >= c->vocab_size)
+            return dt_error(DT_ERR_ARG, "logit_bias names token %d, outside the vocabulary of %d", (int)r->sampling.logit_bias[i].token, c->vocab_size);
     int k = 0;
     while (k < b->nslots && b->slots[k].busy) k++;
     if (k == b->nslots) return dt_error(DT_ERR_UNSUPPORTED, "all %d slots are busy", b->nslots);
     int32_t *p = malloc(sizeof(int32_t) * (size_t)r->nprompt);
     float pen = r->sampling.repetition_penalty;
+    bool counted = r->sampling.presence_penalty != 0 || r->sampling.frequency_penalty != 0;
     uint64_t *seen = pen != 0 && pen != 1 ? calloc(dt_token_set_words(c->vocab_size), sizeof(uint64_t)) : NULL;
-    if (!p || (pen != 0 && pen != 1 && !seen)) {
-        free(p), free(seen);
+    int32_t *counts = counted ? calloc((size_t)c->vocab_size, sizeof(int32_t)) : NULL;
+    if (!p || (pen != 0 && pen != 1 && !seen) || (counted && !counts)) {
+        free(p), free(seen), free(counts);
         return dt_error(DT_ERR_NOMEM, "out of memory for a prompt of %d tokens", r->nprompt);
     }
     memcpy(p, r->prompt, sizeof(int32_t) * (size_t)r->nprompt);
     for (int i = 0; seen && i < r->nprompt; i++) dt_token_set_add(seen, p[i]);
     slot *s = &b->slots[k];
-    free(s->prompt), free(s->seen);
-    *s = (slot){ .busy = true, .r = *r, .prompt = p, .seen = seen, .order = b->joined++, .rng = r->seed };
+    free(s->prompt), free(s->seen), free(s->counts);
+    *s = (slot){ .busy = true, .r = *r, .prompt = p, .seen = seen, .counts = counts, .order = b->joined++, .rng = r->seed };
     s->r.prompt = p;
     b->stats.running++;
     return DT_OK;
@@ -151,12 +157,16 @@ static void end(dt_batcher *b, slot *s, dt_finish why) {
     if (s->r.on_end) s->r.on_end(s->r.ctx, why, s->generated);
 }
 
-/* The logits a slot's token is drawn from: l itself, or a copy with the penalties applied (l stays the model's). */
+/* The logits a slot's token is drawn from: l itself, or a copy with the biases and penalties applied (l stays the
+ * model's). */
 static const float *penalized(dt_batcher *b, const slot *s, const float *l) {
-    if (!s->seen) return l;
+    const dt_sampling *o = &s->r.sampling;
+    if (!s->seen && !s->counts && !o->nlogit_bias) return l;
     int V = dt_decoder_config(b->d)->vocab_size;
     memcpy(b->drawn, l, sizeof(float) * (size_t)V);
-    dt_sample_penalize(b->drawn, V, s->r.sampling.repetition_penalty, s->seen);
+    dt_sample_bias(b->drawn, V, o);
+    dt_sample_penalize(b->drawn, V, o->repetition_penalty, s->seen);
+    dt_sample_penalize_counts(b->drawn, V, o->presence_penalty, o->frequency_penalty, s->counts);
     return b->drawn;
 }
 
@@ -175,6 +185,7 @@ dt_status dt_batcher_step(dt_batcher *b) {
         if (s->r.max_tokens == 0) { end(b, s, DT_FINISH_LENGTH); continue; } /* (a prompt scored, nothing drawn) */
         s->last = dt_sample_token(penalized(b, s, l), c->vocab_size, &s->r.sampling, &s->rng, b->scratch);
         if (s->seen) dt_token_set_add(s->seen, s->last);
+        if (s->counts) s->counts[s->last]++;
         s->generated++;
         int stop = s->r.on_token ? s->r.on_token(s->r.ctx, s->last, l) : 0;
         if (stop) end(b, s, DT_FINISH_STOP);

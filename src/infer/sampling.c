@@ -1,5 +1,5 @@
 /* Drawing the next token from a distribution: greedy, temperature, top-k,
- * nucleus (top-p) and min-p, with the caller's random state (a request's
+ * nucleus (top-p) and min-p after the biases and penalties, with the caller's random state (a request's
  * seed gives its text, whatever else runs). */
 #include "dtrain/infer.h"
 
@@ -25,6 +25,20 @@ void dt_sample_penalize(float *l, int V, float p, const uint64_t *seen) {
         if (seen[v >> 6] >> (v & 63) & 1) l[v] = l[v] > 0 ? l[v] / p : l[v] * p;
 }
 
+void dt_sample_bias(float *l, int V, const dt_sampling *s) {
+    for (int i = 0; i < s->nlogit_bias; i++)
+        if (s->logit_bias[i].token >= 0 && s->logit_bias[i].token < V) l[s->logit_bias[i].token] += s->logit_bias[i].bias;
+}
+
+void dt_sample_penalize_counts(float *l, int V, float presence, float frequency, const int32_t *counts) {
+    if ((presence == 0 && frequency == 0) || !counts) return;
+    for (int v = 0; v < V; v++)
+        if (counts[v] > 0) { /* two roundings, as vLLM's two subtractions */
+            l[v] -= frequency * (float)counts[v];
+            l[v] -= presence;
+        }
+}
+
 dt_status dt_sampling_check(const dt_sampling *s) {
     if (!(s->temperature >= 0) || !isfinite(s->temperature))
         return dt_error(DT_ERR_ARG, "temperature %g: expected a finite number >= 0", s->temperature);
@@ -33,6 +47,12 @@ dt_status dt_sampling_check(const dt_sampling *s) {
     if (!(s->min_p >= 0 && s->min_p <= 1)) return dt_error(DT_ERR_ARG, "min_p %g: expected a number in [0, 1]", s->min_p);
     if (!(s->repetition_penalty >= 0) || !isfinite(s->repetition_penalty))
         return dt_error(DT_ERR_ARG, "repetition_penalty %g: expected a finite number above 0 (1: none)", s->repetition_penalty);
+    if (!isfinite(s->presence_penalty)) return dt_error(DT_ERR_ARG, "presence_penalty %g: expected a finite number", s->presence_penalty);
+    if (!isfinite(s->frequency_penalty)) return dt_error(DT_ERR_ARG, "frequency_penalty %g: expected a finite number", s->frequency_penalty);
+    if (s->nlogit_bias < 0 || (s->nlogit_bias && !s->logit_bias)) return dt_error(DT_ERR_ARG, "logit_bias: %d entries", s->nlogit_bias);
+    for (int i = 0; i < s->nlogit_bias; i++)
+        if (!isfinite(s->logit_bias[i].bias))
+            return dt_error(DT_ERR_ARG, "logit_bias of token %d: %g, expected a finite number", (int)s->logit_bias[i].token, s->logit_bias[i].bias);
     return DT_OK;
 }
 

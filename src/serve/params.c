@@ -12,6 +12,7 @@
 
 void serve_params_free(serve_params *p) {
     free(p->prompt);
+    free(p->bias);
     for (int i = 0; i < p->nstop; i++) free(p->stop[i]);
     memset(p, 0, sizeof *p);
 }
@@ -90,17 +91,42 @@ static dt_status read_flag(const cJSON *o, const char *name, bool *out, const ch
 /* Fields OpenAI's API has that change the output and that this server does not do: refused unless at their neutral value. */
 static dt_status refuse_unsupported(const cJSON *o, const char **param) {
     static const struct { const char *name; double neutral; } nums[] = {
-        { "n", 1 }, { "best_of", 1 }, { "presence_penalty", 0 }, { "frequency_penalty", 0 } };
+        { "n", 1 }, { "best_of", 1 } };
     for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, nums[i].name);
         if (f && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == nums[i].neutral))
             return bad(param, nums[i].name, "'%s' is not supported by this server%s", " (only its default)");
     }
-    static const char *absent[] = { "suffix", "logit_bias" };
+    static const char *absent[] = { "suffix" };
     for (size_t i = 0; i < sizeof absent / sizeof *absent; i++) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, absent[i]);
         if (f && !cJSON_IsNull(f) && !(cJSON_IsObject(f) && !f->child))
             return bad(param, absent[i], "'%s' is not supported by this server%s", "");
+    }
+    return DT_OK;
+}
+
+/* logit_bias: {"token id": bias from -100 to 100} (OpenAI's), each id below the vocabulary's size. */
+static dt_status read_bias(const cJSON *o, const serve_vocab *v, serve_params *p, const char **param) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "logit_bias"), *e;
+    if (!f || cJSON_IsNull(f)) return DT_OK;
+    if (!cJSON_IsObject(f)) return bad(param, "logit_bias", "'%s' must be an object of {\"token id\": bias}%s", "");
+    int n = cJSON_GetArraySize(f);
+    if (n > v->vocab) return bad(param, "logit_bias", "'%s' has more entries than the vocabulary has tokens%s", "");
+    if (!n) return DT_OK;
+    if (!(p->bias = malloc(sizeof *p->bias * (size_t)n))) return dt_error(DT_ERR_NOMEM, "out of memory");
+    cJSON_ArrayForEach(e, f) {
+        char *end;
+        long id = strtol(e->string, &end, 10);
+        if (!*e->string || *end || id < 0 || id >= v->vocab) {
+            *param = "logit_bias";
+            return dt_error(DT_ERR_ARG, "'logit_bias' names \"%.40s\": expected a token id from 0 to %d", e->string, v->vocab - 1);
+        }
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100)) {
+            *param = "logit_bias";
+            return dt_error(DT_ERR_ARG, "'logit_bias' of token %ld: expected a number from -100 to 100", id);
+        }
+        p->bias[p->nbias++] = (dt_logit_bias){ (int32_t)id, (float)e->valuedouble };
     }
     return DT_OK;
 }
@@ -174,7 +200,7 @@ static dt_status read_messages(const cJSON *o, const serve_vocab *v, serve_param
 }
 
 static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, bool chat, serve_params *p, const char **param) {
-    double mt, temp, topp, topk, minp, rep, seed;
+    double mt, temp, topp, topk, minp, rep, pres, freq, seed;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
     if (model && !cJSON_IsString(model)) return bad(param, "model", "'%s' must be a string%s", "");
     /* chat's newer name for max_tokens */
@@ -198,6 +224,9 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
     if (!st) st = number(o, "min_p", 0, 1, false, 0, &minp, param); /* (vLLM's) */
     if (!st) st = number(o, "repetition_penalty", 0, 1000, false, 1, &rep, param); /* (vLLM's) */
     if (!st && rep <= 0) st = bad(param, "repetition_penalty", "'%s' must be above 0%s", "");
+    if (!st) st = number(o, "presence_penalty", -2, 2, false, 0, &pres, param); /* (OpenAI's ranges) */
+    if (!st) st = number(o, "frequency_penalty", -2, 2, false, 0, &freq, param);
+    if (!st) st = read_bias(o, v, p, param);
     if (!st) st = number(o, "seed", 0, 9007199254740991.0, true, 0, &seed, param);
     if (!st) st = read_flag(o, "stream", &p->stream, param);
     if (!st && !chat) st = read_flag(o, "echo", &p->echo, param);
@@ -211,7 +240,7 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
                         "(%.0f in all): shorten the prompt or lower %s", context, p->nprompt, max_name, mt, p->nprompt + mt, max_name);
     }
     p->max_tokens = (int)mt;
-    p->sampling = (dt_sampling){ (float)temp, (int)topk, (float)topp, (float)minp, (float)rep };
+    p->sampling = (dt_sampling){ (float)temp, (int)topk, (float)topp, (float)minp, (float)rep, (float)pres, (float)freq, p->bias, p->nbias };
     p->seed = (uint64_t)seed;
     return DT_OK;
 }

@@ -32,7 +32,9 @@ dt_status serve_vocab_append(const serve_vocab *v, int32_t id, char **buf, size_
 typedef struct {
     int32_t *prompt;
     int nprompt, max_tokens;
-    dt_sampling sampling;
+    dt_sampling sampling; /* its logit_bias: bias */
+    dt_logit_bias *bias;
+    int nbias;
     uint64_t seed;
     char *stop[SERVE_MAX_STOP];
     int nstop;
