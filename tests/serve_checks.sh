@@ -7,7 +7,9 @@
 # malformed requests (bad JSON, huge max_tokens, negative temperature, a
 # prompt longer than the context, a 10 MB body, a slow client, unknown
 # fields and endpoints) get a 4xx with a message and the server goes on;
-# a client that leaves mid-stream frees its slot; generate and serve with
+# a client that leaves mid-stream frees its slot; logprobs (a Llama folder's
+# prompt scored against transformers' log_softmax; decoded = prefilled;
+# streamed = whole; the penalties and logit_bias each choice obeys); generate and serve with
 # --nproc 2 --tp 2 give one process's text (a Llama's too: the cache, the
 # no-cache path, --tp 2 and its server agree), and a tensor-parallel rank
 # killed stops the server naming it; a port in use, a model
@@ -255,6 +257,10 @@ n 2 (not supported)|400|{"prompt": "The", "n": 2}
 logprobs above 20|400|{"prompt": "The", "logprobs": 21}
 logprobs true (the chat API's form) on a completion|400|{"prompt": "The", "logprobs": true}
 max_tokens -1|400|{"prompt": "The", "max_tokens": -1}
+presence_penalty above 2|400|{"prompt": "The", "presence_penalty": 2.5}
+logit_bias of a token beyond the vocabulary|400|{"prompt": "The", "logit_bias": {"300": 1}}
+logit_bias naming no token id|400|{"prompt": "The", "logit_bias": {"x": 1}}
+logit_bias above 100|400|{"prompt": "The", "logit_bias": {"5": 101}}
 a token id beyond the vocabulary|400|{"prompt": [1, 2, 300]}
 a NUL in the prompt (JSON's \u0000)|400|{"prompt": "The\u0000 end"}
 two JSON values|400|{"prompt": "The"} {"prompt": "A"}

@@ -2,12 +2,14 @@
 
 hf FIXTURE PORT: a server on the fixture's Hugging Face folder scores each row of the fixture's inputs (echo,
   max_tokens 0, logprobs 5); every token's log-probability against log_softmax of transformers' logits, and the five
-  alternatives against transformers' five most likely. Prints [worst relative error, rows' tokens whose top 5 agree,
-  tokens].
+  alternatives against transformers' five most likely; lm-evaluation-harness's loglikelihood request (max_tokens 1,
+  logprobs 1, echo) answers an entry a prompt token and one for the token drawn. Prints [worst relative error, rows'
+  tokens whose top 5 agree, tokens].
 same PORT PROMPT: on a byte-level model: a greedy completion's logprobs against the server's scores of the prompt
   and completion read as one prompt (the decoder's steps against its prefill); each drawn token its own first
   alternative; the streamed logprobs the whole answer's; a sampled completion's and one cut by a stop sequence
-  likewise; a chat answer's entries in the chat form, its tokens joined its content. Prints what failed, or "ok ...".
+  likewise; a greedy answer under presence and frequency penalties and a logit_bias, each token the penalized most
+  likely; a chat answer's entries in the chat form, its tokens joined its content. Prints what failed, or "ok ...".
 """
 import json
 import math
@@ -52,6 +54,12 @@ def hf(fixture, port):
         ids = list(inp[row * T:(row + 1) * T])
         lp = post(port, {"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 5})["choices"][0]["logprobs"]
         assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None and len(lp["tokens"]) == T, lp
+        # lm-evaluation-harness's loglikelihood request (local-completions): one token drawn, an entry for it even
+        # where it ends the text, the prompt's read from [ctxlen:-1]
+        h = post(port, {"prompt": [ids], "max_tokens": 1, "logprobs": 1, "echo": True, "temperature": 0, "seed": 1234})
+        h = h["choices"][0]["logprobs"]
+        assert len(h["token_logprobs"]) == T + 1 and h["token_logprobs"][1:-1] == lp["token_logprobs"][1:], (h, lp)
+        assert all(len(t) in (1, 2) for t in h["top_logprobs"][1:]), h
         for i in range(1, T):
             logits = lg[(row * T + i - 1) * V:(row * T + i) * V]
             m = max(logits)
@@ -103,6 +111,23 @@ def same(port, prompt):
     c = post(port, {"prompt": prompt, "max_tokens": 24, "temperature": 0, "logprobs": 0, "stop": [stop]})["choices"][0]
     if c["text"] != text[:text.find(stop)] or "".join(c["logprobs"]["tokens"]) != c["text"]:
         bad.append("stop %r: %r, tokens %r" % (stop, c["text"], c["logprobs"]["tokens"]))
+    # OpenAI's penalties and logit_bias as the batcher applies them: each greedy choice the most likely of the model's
+    # log-probabilities (the twenty listed: the rest lie below the least of them) less frequency_penalty times the
+    # times it was drawn before and presence_penalty once, plus its bias (the plain answer's first token -100: never)
+    pres, freq, banned = 0.6, 0.9, ord(text[0])
+    q = post(port, {"prompt": prompt, "max_tokens": 24, "temperature": 0, "logprobs": 20, "presence_penalty": pres,
+                    "frequency_penalty": freq, "logit_bias": {str(banned): -100}})["choices"][0]
+    counts, worse = {}, []
+    for i, (tok, top) in enumerate(zip(q["logprobs"]["tokens"], q["logprobs"]["top_logprobs"])):
+        def score(t):
+            v, n = ord(t), counts.get(ord(t), 0)
+            return top[t] - freq * n - pres * (n > 0) - 100 * (v == banned)
+        best = max(top, key=score)
+        if "\ufffd" not in top and (score(tok) < score(best) - 1e-4 or score(tok) < min(top.values()) - 1e-4):
+            worse.append((i, tok, best))
+        counts[ord(tok)] = counts.get(ord(tok), 0) + 1
+    if worse or chr(banned) in q["text"] or q["text"] == text:
+        bad.append("penalties: %r (plain %r): not the penalized most likely at %r" % (q["text"], text, worse))
     # a chat's: OpenAI's content entries, each with its bytes and two alternatives
     ch = post(port, {"messages": [{"role": "user", "content": prompt}], "max_tokens": 16, "temperature": 0, "logprobs": True,
                      "top_logprobs": 2}, "/v1/chat/completions")["choices"][0]
@@ -111,8 +136,8 @@ def same(port, prompt):
             any(len(e["top_logprobs"]) != 2 or e["bytes"] != [ord(e["token"])] or e["top_logprobs"][0]["token"] != e["token"]
                 or e["top_logprobs"][0]["logprob"] != e["logprob"] for e in content):
         bad.append("chat: %r" % ch)
-    print("\n".join(bad) if bad else "ok: %d greedy tokens (decoded against scored %.2g), streamed alike, sampled, stopped, chat" %
-          (len(lp["tokens"]), err))
+    print("\n".join(bad) if bad else "ok: %d greedy tokens (decoded against scored %.2g), streamed alike, sampled, stopped, "
+          "penalized (%r), chat" % (len(lp["tokens"]), err, q["text"]))
 
 
 if __name__ == "__main__":

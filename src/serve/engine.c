@@ -68,7 +68,7 @@ serve_logprob *serve_job_add_logprob(serve_job *j, int32_t token, size_t at) {
         j->lp = lp, j->caplp = cap;
     }
     serve_logprob *x = &j->lp[j->nlp++];
-    x->token = token, x->logprob = NAN, x->at = at;
+    x->token = token, x->logprob = NAN, x->at = at, x->ends = false;
     return x;
 }
 
@@ -124,7 +124,7 @@ static void logprob_of(const serve_job *j, const float *logits, int32_t token, s
 static int on_token(void *ctx, int32_t token, const float *logits) {
     serve_job *j = ctx;
     serve_engine *e = j->engine;
-    bool ends = dt_token_ends_has(&e->v->ends, token), scored = j->p.logprobs && !ends;
+    bool ends = dt_token_ends_has(&e->v->ends, token), scored = j->p.logprobs;
     serve_logprob one;
     if (scored) logprob_of(j, logits, token, &one);
     pthread_mutex_lock(&j->mu);
@@ -132,11 +132,15 @@ static int on_token(void *ctx, int32_t token, const float *logits) {
     size_t before = j->len;
     bool stop = j->cancelled;
     serve_logprob *x = scored ? serve_job_add_logprob(j, token, before) : NULL;
-    if (x) one.token = token, one.at = before, *x = one;
-    if (ends) stop = true; /* the end of the text (or another end): a stop, not part of it */
-    else if ((scored && !x) || serve_vocab_append(e->v, token, &j->text, &j->len, &j->cap)) {
+    if (x) one.token = token, one.at = before, one.ends = ends, *x = one;
+    if (scored && !x) {
         stop = j->failed = true;
-        snprintf(j->message, sizeof j->message, "%s", x || !scored ? dt_last_error() : "out of memory for logprobs");
+        snprintf(j->message, sizeof j->message, "out of memory for logprobs");
+    } else if (ends) {
+        stop = true; /* the end of the text (or another end): a stop, not part of it */
+    } else if (serve_vocab_append(e->v, token, &j->text, &j->len, &j->cap)) {
+        stop = j->failed = true;
+        snprintf(j->message, sizeof j->message, "%s", dt_last_error());
     } else if (find_stop(j, before, j->base)) {
         stop = true;
     }
@@ -154,7 +158,7 @@ static void on_prompt(void *ctx, int pos, const float *logits) {
     pthread_mutex_lock(&j->mu);
     if (pos + 1 < j->nlp) {
         serve_logprob *x = &j->lp[pos + 1];
-        one.token = x->token, one.at = x->at, *x = one;
+        one.token = x->token, one.at = x->at, one.ends = false, *x = one;
     }
     pthread_mutex_unlock(&j->mu);
 }

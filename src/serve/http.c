@@ -168,15 +168,16 @@ static void completion_logprob(conn_state *cs, const serve_logprob *x, cJSON *ar
     free(s);
 }
 
-/* The logprobs of the job's tokens not yet sent whose text starts before byte upto (null without logprobs). */
-static cJSON *logprobs_json(conn_state *cs, size_t upto) {
+/* The logprobs of the job's tokens not yet sent whose text starts before byte upto, and once final an end-of-text
+ * token's (null without logprobs). */
+static cJSON *logprobs_json(conn_state *cs, size_t upto, bool final) {
     serve_job *j = cs->job;
     if (!j->p.logprobs) return cJSON_CreateNull();
     cJSON *o = cJSON_CreateObject(), *arrays[4] = { 0 }, *content = NULL;
     static const char *names[4] = { "tokens", "token_logprobs", "top_logprobs", "text_offset" };
     if (j->p.chat) content = cJSON_AddArrayToObject(o, "content"), cJSON_AddNullToObject(o, "refusal");
     else for (int i = 0; i < 4; i++) arrays[i] = cJSON_AddArrayToObject(o, names[i]);
-    for (; cs->lp_sent < j->nlp && j->lp[cs->lp_sent].at < upto; cs->lp_sent++) {
+    for (; cs->lp_sent < j->nlp && (j->lp[cs->lp_sent].at < upto || (final && j->lp[cs->lp_sent].ends)); cs->lp_sent++) {
         if (j->p.chat) cJSON_AddItemToArray(content, chat_logprob(cs->h->vocab, &j->lp[cs->lp_sent], j->p.top));
         else completion_logprob(cs, &j->lp[cs->lp_sent], arrays);
     }
@@ -203,7 +204,7 @@ static char *completion_json(conn_state *cs, const char *text, size_t n, const c
     cJSON_AddItemToArray(choices, ch);
     cJSON_AddNumberToObject(ch, "index", 0);
     choice_text(ch, chat, whole, cs->chunks++ == 0, clean ? clean : "", reasoning ? rclean ? rclean : "" : NULL, calls);
-    cJSON_AddItemToObject(ch, "logprobs", logprobs_json(cs, reason ? cs->job->len : cs->job->visible));
+    cJSON_AddItemToObject(ch, "logprobs", logprobs_json(cs, reason ? cs->job->len : cs->job->visible, reason != NULL));
     if (reason) cJSON_AddStringToObject(ch, "finish_reason", reason);
     else cJSON_AddNullToObject(ch, "finish_reason");
     if (usage) {

@@ -78,6 +78,7 @@ typedef struct {
     int32_t token;
     float logprob;
     size_t at;  /* where its bytes start in the job's text */
+    bool ends;  /* an end-of-text token: not in the text, its entry sent last (as vLLM's, an entry a token drawn) */
     int32_t top[SERVE_MAX_TOP];
     float top_lp[SERVE_MAX_TOP];
 } serve_logprob;
