@@ -105,7 +105,28 @@ static void cgroups(void) {
     EXPECT(system(cmd) == 0, "removing %s", root);
 }
 
+/* dt_utf8_clean: an ill-formed sequence's maximal subparts each one U+FFFD, as Python's bytes.decode("utf-8",
+ * "replace") gives them (its answers written out here). */
+static void utf8_clean(void) {
+    static const struct { const char *in, *want; } cases[] = {
+        { "\xe6\x97" "a", "\xEF\xBF\xBD" "a" },                    /* a truncated three-byte character: one */
+        { "\x80\x80", "\xEF\xBF\xBD\xEF\xBF\xBD" },                /* lone continuation bytes: one each */
+        { "\xf0\x9f\x98", "\xEF\xBF\xBD" },                      /* a truncated four-byte character at the end */
+        { "\xe0\x80\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" },   /* an overlong form: its second byte starts none */
+        { "\xed\xa0\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" },   /* a UTF-16 surrogate */
+        { "\xf0\x9f" "a\x98", "\xEF\xBF\xBD" "a\xEF\xBF\xBD" },         /* cut by an ASCII byte */
+        { "\xc3\xa9\xe2\x82\xac", "\xc3\xa9\xe2\x82\xac" },       /* whole characters kept */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        size_t n;
+        char *o = dt_utf8_clean(cases[i].in, strlen(cases[i].in), &n);
+        EXPECT(o && n == strlen(cases[i].want) && !memcmp(o, cases[i].want, n), "dt_utf8_clean case %zu: %zu bytes", i, o ? n : 0);
+        free(o);
+    }
+}
+
 int main(void) {
+    utf8_clean();
     cgroups();
     stop_requests();
     permutations();

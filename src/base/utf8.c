@@ -1,6 +1,7 @@
 /* UTF-8 as JSON's strings must be: a client's text checked (the server refuses what is not), and bytes made valid
- * (a byte-level model's text): each byte that does not start a whole character becomes U+FFFD, as Python's
- * errors="replace" decodes it. */
+ * (a byte-level model's text): each maximal subpart of an ill-formed sequence (the longest start of a character that
+ * could still have been well formed, else one byte) becomes U+FFFD, as the Unicode standard recommends (its chapter
+ * 3, "U+FFFD substitution of maximal subparts") and Python's errors="replace" and Hugging Face's decode do. */
 #include "dtrain/base.h"
 
 #include <stdbool.h>
@@ -21,6 +22,21 @@ static size_t whole_char(const unsigned char *s, size_t i, size_t n) {
     return need;
 }
 
+/* The bytes of the maximal subpart at s[i] (of n) where no whole character starts there: the lead byte and the
+ * continuation bytes that keep it a possible start (Unicode's table 3-7 of well-formed sequences), at least 1. */
+static size_t maximal_subpart(const unsigned char *s, size_t i, size_t n) {
+    unsigned char c = s[i], lo = 0x80, hi = 0xBF;
+    size_t need = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 1;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+    size_t k = 1;
+    if (need > 1 && i + 1 < n && s[i + 1] >= lo && s[i + 1] <= hi)
+        for (k = 2; k < need && i + k < n && (s[i + k] & 0xC0) == 0x80;) k++;
+    return k;
+}
+
 size_t dt_utf8_find_invalid(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
@@ -30,7 +46,7 @@ size_t dt_utf8_find_invalid(const char *s, size_t n) {
 
 char *dt_utf8_clean(const char *s, size_t n, size_t *out_len) {
     const unsigned char *u = (const unsigned char *)s;
-    char *o = malloc(n * 3 + 1); /* each bad byte becomes U+FFFD's three */
+    char *o = malloc(n * 3 + 1); /* at most each byte becomes U+FFFD's three */
     size_t k = 0;
     if (!o) return NULL;
     for (size_t i = 0; i < n;) {
@@ -38,7 +54,7 @@ char *dt_utf8_clean(const char *s, size_t n, size_t *out_len) {
         if (need == 0 || u[i] == 0) { /* JSON strings may hold a NUL escaped, but C strings cannot */
             memcpy(o + k, "\xEF\xBF\xBD", 3);
             k += 3;
-            i++;
+            i += need ? 1 : maximal_subpart(u, i, n);
             continue;
         }
         memcpy(o + k, s + i, need);
