@@ -261,6 +261,8 @@ presence_penalty above 2|400|{"prompt": "The", "presence_penalty": 2.5}
 logit_bias of a token beyond the vocabulary|400|{"prompt": "The", "logit_bias": {"300": 1}}
 logit_bias naming no token id|400|{"prompt": "The", "logit_bias": {"x": 1}}
 logit_bias above 100|400|{"prompt": "The", "logit_bias": {"5": 101}}
+response_format json_object (no guided decoding)|400|{"prompt": "The", "response_format": {"type": "json_object"}}
+stream_options without a stream|400|{"prompt": "The", "stream_options": {"include_usage": true}}
 a token id beyond the vocabulary|400|{"prompt": [1, 2, 300]}
 a NUL in the prompt (JSON's \u0000)|400|{"prompt": "The\u0000 end"}
 two JSON values|400|{"prompt": "The"} {"prompt": "A"}
@@ -465,7 +467,7 @@ fi
 if python3 -c 'import openai' 2> /dev/null; then
     start openai "$dir/byte.bin" --threads 1 --slots 2 || exit 1
     r=$(python3 "$HERE/serve_client.py" openai "$port" "The " 2>&1)
-    w=$(echo "$r" | sed -n 1p) sm=$(echo "$r" | sed -n 2p) sp=$(echo "$r" | sed -n 3p) ch=$(echo "$r" | sed -n 4p) lq=$(echo "$r" | sed -n 5p)
+    w=$(echo "$r" | sed -n 1p) sm=$(echo "$r" | sed -n 2p) sp=$(echo "$r" | sed -n 3p) ch=$(echo "$r" | sed -n 4p) lq=$(echo "$r" | sed -n 5p) su=$(echo "$r" | sed -n 6p)
     [ "$w" = "$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "${s:0:20}")" ] && [ "$sm" = "$w" ] && echo "$sp" | grep -q '^\[true, "stop"' &&
         ok "the openai package: completions.create whole $w, streamed the same, stop: $sp" || fail "openai client: $r"
     # [role, whole, streamed, finish, first delta's role, last finish]: the chat's text streamed alike
@@ -474,6 +476,8 @@ if python3 -c 'import openai' 2> /dev/null; then
     # [the first prompt token's logprob, the prompt's tokens, the rest below 0, a chat's tokens, their alternatives' counts]
     python3 -c 'import json,sys; c=json.loads(sys.argv[1]); sys.exit(not (c[0] is None and c[1]==4 and c[2] and c[3]==5 and c[4]==[2]*5))' "$lq" &&
         ok "the openai package: a prompt's logprobs (echo, max_tokens 0) and a chat's top_logprobs: $lq" || fail "openai logprobs: $lq"
+    [ "$su" = "[0, 7, true]" ] && ok "the openai package: stream_options include_usage, [last chunk's choices, its completion_tokens, the others' usage null]: $su" ||
+        fail "openai stream usage: $su"
     kill -TERM $spid; wait $spid
 else
     echo "skip: the openai package is not installed and could not be ($(tail -1 "$dir/pip.log" 2> /dev/null)); not counted"

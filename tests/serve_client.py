@@ -111,6 +111,11 @@ def openai_client(port, prompt):
                                     top_logprobs=2).choices[0].logprobs.content
     print(json.dumps([lp.token_logprobs[0], len(lp.tokens), all(x < 0 for x in lp.token_logprobs[1:]), len(clp),
                       [len(e.top_logprobs) for e in clp]]))
+    # stream_options.include_usage: the last chunk has no choices and the usage, the others a null usage
+    us = list(c.chat.completions.create(model="m", messages=msgs, max_tokens=7, temperature=0, stream=True,
+                                        stream_options={"include_usage": True}))
+    print(json.dumps([len(us[-1].choices), us[-1].usage.completion_tokens if us[-1].usage else None,
+                      all(u.usage is None for u in us[:-1])]))
 
 
 if __name__ == "__main__":

@@ -184,6 +184,30 @@ static cJSON *logprobs_json(conn_state *cs, size_t upto, bool final) {
     return o;
 }
 
+static void add_usage(cJSON *o, const serve_job *j) {
+    cJSON *u = cJSON_AddObjectToObject(o, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", j->p.nprompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", j->generated);
+    cJSON_AddNumberToObject(u, "total_tokens", j->p.nprompt + j->generated);
+}
+
+/* A stream's usage chunk (stream_options.include_usage): the completion object with no choices. */
+static char *usage_json(conn_state *cs) {
+    bool chat = cs->job->p.chat;
+    char id[40];
+    snprintf(id, sizeof id, "%s-%ld", chat ? "chatcmpl" : "cmpl", cs->id);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "object", chat ? "chat.completion.chunk" : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)cs->created);
+    cJSON_AddStringToObject(o, "model", cs->h->model_name);
+    cJSON_AddArrayToObject(o, "choices");
+    add_usage(o, cs->job);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
 /* A completion object (a chat's: chat.completion, streamed as chat.completion.chunk): the whole one (usage
  * included) or a streamed chunk of text (and of reasoning: rn bytes at reasoning, NULL: none; and tool calls: calls,
  * taken, NULL: none). */
@@ -207,12 +231,8 @@ static char *completion_json(conn_state *cs, const char *text, size_t n, const c
     cJSON_AddItemToObject(ch, "logprobs", logprobs_json(cs, reason ? cs->job->len : cs->job->visible, reason != NULL));
     if (reason) cJSON_AddStringToObject(ch, "finish_reason", reason);
     else cJSON_AddNullToObject(ch, "finish_reason");
-    if (usage) {
-        cJSON *u = cJSON_AddObjectToObject(o, "usage");
-        cJSON_AddNumberToObject(u, "prompt_tokens", cs->job->p.nprompt);
-        cJSON_AddNumberToObject(u, "completion_tokens", cs->job->generated);
-        cJSON_AddNumberToObject(u, "total_tokens", cs->job->p.nprompt + cs->job->generated);
-    }
+    if (usage) add_usage(o, cs->job);
+    else if (cs->job->p.stream_usage) cJSON_AddNullToObject(o, "usage"); /* (OpenAI's: null on every chunk but the last) */
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     free(clean), free(rclean);
@@ -242,9 +262,11 @@ static bool peer_closed(struct MHD_Connection *c) {
 
 /* A stream's last chunk (its finish reason) and the end. */
 static void stream_end(conn_state *cs, const char *reason) {
-    char *s = completion_json(cs, "", 0, NULL, 0, reason, false, NULL);
-    out_append(cs, "data: ", s, "\n\ndata: [DONE]\n\n");
-    free(s);
+    char *s = completion_json(cs, "", 0, NULL, 0, reason, false, NULL), *u = cs->job->p.stream_usage ? usage_json(cs) : NULL;
+    out_append(cs, "data: ", s, "\n\n");
+    if (u) out_append(cs, "data: ", u, "\n\n");
+    out_append(cs, "data: [DONE]\n\n", NULL, NULL);
+    free(s), free(u);
     cs->finished = true;
 }
 

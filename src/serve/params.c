@@ -106,6 +106,31 @@ static dt_status refuse_unsupported(const cJSON *o, const char **param) {
     return DT_OK;
 }
 
+/* stream_options (OpenAI's): include_usage, a stream's usage in a last chunk of no choices; refused without stream. */
+static dt_status read_stream_options(const cJSON *o, serve_params *p, const char **param) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "stream_options"), *e;
+    if (!f || cJSON_IsNull(f)) return DT_OK;
+    if (!cJSON_IsObject(f)) return bad(param, "stream_options", "'%s' must be an object%s", "");
+    if (!p->stream) return bad(param, "stream_options", "'%s' is only for a stream%s", " (\"stream\": true)");
+    cJSON_ArrayForEach(e, f) {
+        if (strcmp(e->string, "include_usage") || !cJSON_IsBool(e))
+            return bad(param, "stream_options", "'%s' takes include_usage (true or false) alone%s", "");
+        p->stream_usage = cJSON_IsTrue(e);
+    }
+    return DT_OK;
+}
+
+/* response_format: text only (no decoding guided by a grammar or schema here: json_object and json_schema refused, not
+ * answered unguided). */
+static dt_status read_response_format(const cJSON *o, const char **param) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "response_format"), *t;
+    if (!f || cJSON_IsNull(f)) return DT_OK;
+    t = cJSON_GetObjectItemCaseSensitive(f, "type");
+    if (cJSON_IsObject(f) && cJSON_IsString(t) && !strcmp(t->valuestring, "text")) return DT_OK;
+    return bad(param, "response_format", "'%s' other than {\"type\": \"text\"} is not supported by this server%s",
+               " (no decoding guided by a JSON schema)");
+}
+
 /* logit_bias: {"token id": bias from -100 to 100} (OpenAI's), each id below the vocabulary's size. */
 static dt_status read_bias(const cJSON *o, const serve_vocab *v, serve_params *p, const char **param) {
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "logit_bias"), *e;
@@ -231,6 +256,8 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
     if (!st) st = read_flag(o, "stream", &p->stream, param);
     if (!st && !chat) st = read_flag(o, "echo", &p->echo, param);
     if (!st) st = read_logprobs(o, chat, p, param);
+    if (!st) st = read_stream_options(o, p, param);
+    if (!st) st = read_response_format(o, param);
     if (st) return st;
     if ((double)p->nprompt + mt > context || (chat && mt < 1)) {
         *param = chat && mt < 1 ? "messages" : max_name;
