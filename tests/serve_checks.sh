@@ -253,7 +253,9 @@ a prompt longer than the context|400|{"prompt": "0123456789012345678901234567890
 top_p 0|400|{"prompt": "The", "top_p": 0}
 min_p above 1|400|{"prompt": "The", "min_p": 1.5}
 repetition_penalty 0|400|{"prompt": "The", "repetition_penalty": 0}
-n 2 (not supported)|400|{"prompt": "The", "n": 2}
+n 0|400|{"prompt": "The", "n": 0}
+n 129 (above OpenAI's 128)|400|{"prompt": "The", "n": 129}
+best_of 2 (not supported)|400|{"prompt": "The", "best_of": 2}
 logprobs above 20|400|{"prompt": "The", "logprobs": 21}
 logprobs true (the chat API's form) on a completion|400|{"prompt": "The", "logprobs": true}
 max_tokens -1|400|{"prompt": "The", "max_tokens": -1}
@@ -467,7 +469,7 @@ fi
 if python3 -c 'import openai' 2> /dev/null; then
     start openai "$dir/byte.bin" --threads 1 --slots 2 || exit 1
     r=$(python3 "$HERE/serve_client.py" openai "$port" "The " 2>&1)
-    w=$(echo "$r" | sed -n 1p) sm=$(echo "$r" | sed -n 2p) sp=$(echo "$r" | sed -n 3p) ch=$(echo "$r" | sed -n 4p) lq=$(echo "$r" | sed -n 5p) su=$(echo "$r" | sed -n 6p)
+    w=$(echo "$r" | sed -n 1p) sm=$(echo "$r" | sed -n 2p) sp=$(echo "$r" | sed -n 3p) ch=$(echo "$r" | sed -n 4p) lq=$(echo "$r" | sed -n 5p) su=$(echo "$r" | sed -n 6p) nc=$(echo "$r" | sed -n 7p)
     [ "$w" = "$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "${s:0:20}")" ] && [ "$sm" = "$w" ] && echo "$sp" | grep -q '^\[true, "stop"' &&
         ok "the openai package: completions.create whole $w, streamed the same, stop: $sp" || fail "openai client: $r"
     # [role, whole, streamed, finish, first delta's role, last finish]: the chat's text streamed alike
@@ -478,6 +480,7 @@ if python3 -c 'import openai' 2> /dev/null; then
         ok "the openai package: a prompt's logprobs (echo, max_tokens 0) and a chat's top_logprobs: $lq" || fail "openai logprobs: $lq"
     [ "$su" = "[0, 7, true]" ] && ok "the openai package: stream_options include_usage, [last chunk's choices, its completion_tokens, the others' usage null]: $su" ||
         fail "openai stream usage: $su"
+    [ "$nc" = "[[0, 1, 2], 12]" ] && ok "the openai package: n 3, [the choices' indices, the tokens drawn]: $nc" || fail "openai n: $nc"
     kill -TERM $spid; wait $spid
 else
     echo "skip: the openai package is not installed and could not be ($(tail -1 "$dir/pip.log" 2> /dev/null)); not counted"

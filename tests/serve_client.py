@@ -116,6 +116,9 @@ def openai_client(port, prompt):
                                         stream_options={"include_usage": True}))
     print(json.dumps([len(us[-1].choices), us[-1].usage.completion_tokens if us[-1].usage else None,
                       all(u.usage is None for u in us[:-1])]))
+    # n: the client's choices, each its index
+    nc = c.chat.completions.create(model="m", messages=msgs, max_tokens=4, n=3, seed=2)
+    print(json.dumps([[x.index for x in nc.choices], nc.usage.completion_tokens]))
 
 
 if __name__ == "__main__":

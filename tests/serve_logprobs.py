@@ -9,7 +9,7 @@ same PORT PROMPT: on a byte-level model: a greedy completion's logprobs against 
   and completion read as one prompt (the decoder's steps against its prefill); each drawn token its own first
   alternative; the streamed logprobs the whole answer's; a sampled completion's and one cut by a stop sequence
   likewise; a greedy answer under presence and frequency penalties and a logit_bias, each token the penalized most
-  likely; a chat answer's entries in the chat form, its tokens joined its content. Prints what failed, or "ok ...".
+  likely; n 3 choices each the single answer of its seed, whole and streamed; a chat answer's entries in the chat form, its tokens joined its content. Prints what failed, or "ok ...".
 """
 import json
 import math
@@ -128,6 +128,20 @@ def same(port, prompt):
         counts[ord(tok)] = counts.get(ord(tok), 0) + 1
     if worse or chr(banned) in q["text"] or q["text"] == text:
         bad.append("penalties: %r (plain %r): not the penalized most likely at %r" % (q["text"], text, worse))
+    # n choices: choice i is the single answer of seed + i, whole and streamed (its chunks by index), the usage summed
+    many = post(port, {"prompt": prompt, "max_tokens": 12, "temperature": 1, "seed": 40, "n": 3, "logprobs": 1})
+    alone = [post(port, {"prompt": prompt, "max_tokens": 12, "temperature": 1, "seed": 40 + i, "logprobs": 1})["choices"][0]
+             for i in range(3)]
+    chunks = post(port, {"prompt": prompt, "max_tokens": 12, "temperature": 1, "seed": 40, "n": 3, "stream": True,
+                         "stream_options": {"include_usage": True}})
+    streamed = ["", "", ""]
+    for c in chunks[:-1]:
+        streamed[c["choices"][0]["index"]] += c["choices"][0]["text"]
+    got = [(c["index"], c["text"], c["logprobs"]) for c in many["choices"]]
+    want = [(i, c["text"], c["logprobs"]) for i, c in enumerate(alone)]
+    if got != want or streamed != [c["text"] for c in alone] or many["usage"]["completion_tokens"] != 36 or \
+            chunks[-1]["usage"]["completion_tokens"] != 36 or chunks[-1]["choices"]:
+        bad.append("n 3: %r against %r, streamed %r" % (got, want, streamed))
     # a chat's: OpenAI's content entries, each with its bytes and two alternatives
     ch = post(port, {"messages": [{"role": "user", "content": prompt}], "max_tokens": 16, "temperature": 0, "logprobs": True,
                      "top_logprobs": 2}, "/v1/chat/completions")["choices"][0]
@@ -137,7 +151,7 @@ def same(port, prompt):
                 or e["top_logprobs"][0]["logprob"] != e["logprob"] for e in content):
         bad.append("chat: %r" % ch)
     print("\n".join(bad) if bad else "ok: %d greedy tokens (decoded against scored %.2g), streamed alike, sampled, stopped, "
-          "penalized (%r), chat" % (len(lp["tokens"]), err, q["text"]))
+          "penalized (%r), n 3 = three seeds, chat" % (len(lp["tokens"]), err, q["text"]))
 
 
 if __name__ == "__main__":

@@ -34,13 +34,20 @@ double serve_now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-serve_job *serve_job_create(serve_params *p, long id) {
+serve_job *serve_job_create(serve_params *p, long id, serve_lock *lock) {
     serve_job *j = calloc(1, sizeof *j);
     if (!j) return NULL;
+    if (!lock && (lock = calloc(1, sizeof *lock))) {
+        pthread_mutex_init(&lock->mu, NULL);
+        pthread_cond_init(&lock->cv, NULL);
+    }
+    if (!lock) { free(j); return NULL; }
+    pthread_mutex_lock(&lock->mu);
+    lock->refs++;
+    pthread_mutex_unlock(&lock->mu);
+    j->lock = lock;
     j->p = *p;
     memset(p, 0, sizeof *p);
-    pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
     j->refs = 2;
     j->id = id;
     j->t_queued = serve_now();
@@ -48,16 +55,19 @@ serve_job *serve_job_create(serve_params *p, long id) {
 }
 
 void serve_job_release(serve_job *j) {
-    pthread_mutex_lock(&j->mu);
-    int left = --j->refs;
-    pthread_mutex_unlock(&j->mu);
+    serve_lock *l = j->lock;
+    pthread_mutex_lock(&l->mu);
+    int left = --j->refs, lock_left = left ? 1 : --l->refs;
+    pthread_mutex_unlock(&l->mu);
     if (left) return;
     serve_params_free(&j->p);
     free(j->text);
     free(j->lp);
-    pthread_mutex_destroy(&j->mu);
-    pthread_cond_destroy(&j->cv);
     free(j);
+    if (lock_left) return;
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+    free(l);
 }
 
 serve_logprob *serve_job_add_logprob(serve_job *j, int32_t token, size_t at) {
@@ -73,9 +83,9 @@ serve_logprob *serve_job_add_logprob(serve_job *j, int32_t token, size_t at) {
 }
 
 void serve_job_cancel(serve_job *j) {
-    pthread_mutex_lock(&j->mu);
+    pthread_mutex_lock(&j->lock->mu);
     j->cancelled = true;
-    pthread_mutex_unlock(&j->mu);
+    pthread_mutex_unlock(&j->lock->mu);
 }
 
 /* Bytes at the end of text[0, len) that cannot go out yet: the start of a multi-byte character whose rest has not come. */
@@ -127,7 +137,7 @@ static int on_token(void *ctx, int32_t token, const float *logits) {
     bool ends = dt_token_ends_has(&e->v->ends, token), scored = j->p.logprobs;
     serve_logprob one;
     if (scored) logprob_of(j, logits, token, &one);
-    pthread_mutex_lock(&j->mu);
+    pthread_mutex_lock(&j->lock->mu);
     if (!j->generated++) j->t_first = serve_now();
     size_t before = j->len;
     bool stop = j->cancelled;
@@ -144,8 +154,8 @@ static int on_token(void *ctx, int32_t token, const float *logits) {
     } else if (find_stop(j, before, j->base)) {
         stop = true;
     }
-    pthread_mutex_unlock(&j->mu);
-    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->lock->mu);
+    pthread_cond_broadcast(&j->lock->cv);
     e->new_tokens++;
     return stop;
 }
@@ -155,25 +165,25 @@ static void on_prompt(void *ctx, int pos, const float *logits) {
     serve_job *j = ctx;
     serve_logprob one;
     logprob_of(j, logits, j->p.prompt[pos + 1], &one);
-    pthread_mutex_lock(&j->mu);
+    pthread_mutex_lock(&j->lock->mu);
     if (pos + 1 < j->nlp) {
         serve_logprob *x = &j->lp[pos + 1];
         one.token = x->token, one.at = x->at, one.ends = false, *x = one;
     }
-    pthread_mutex_unlock(&j->mu);
+    pthread_mutex_unlock(&j->lock->mu);
 }
 
 static void on_end(void *ctx, dt_finish why, int generated) {
     (void)generated;
     serve_job *j = ctx;
-    pthread_mutex_lock(&j->mu);
+    pthread_mutex_lock(&j->lock->mu);
     j->state = JOB_DONE;
     j->why = why;
     j->visible = j->len;
     j->t_done = serve_now();
     bool cancelled = j->cancelled;
-    pthread_mutex_unlock(&j->mu);
-    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->lock->mu);
+    pthread_cond_broadcast(&j->lock->cv);
     serve_engine *e = j->engine;
     pthread_mutex_lock(&e->mu);
     if (cancelled) e->st.cancelled++;
@@ -186,12 +196,12 @@ static void on_end(void *ctx, dt_finish why, int generated) {
 
 /* A job that never ran (cancelled while queued, or the engine broken): done, with why. */
 static void finish_unrun(serve_job *j, const char *message) {
-    pthread_mutex_lock(&j->mu);
+    pthread_mutex_lock(&j->lock->mu);
     j->state = JOB_DONE;
     j->why = DT_FINISH_STOP;
     if (message) { j->failed = true; snprintf(j->message, sizeof j->message, "%s", message); }
-    pthread_mutex_unlock(&j->mu);
-    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->lock->mu);
+    pthread_cond_broadcast(&j->lock->cv);
     serve_job_release(j);
 }
 
@@ -203,10 +213,10 @@ static void admit(serve_engine *e) {
         if (!e->head) e->tail = NULL;
         e->st.queued--;
         j->next = NULL;
-        pthread_mutex_lock(&j->mu);
+        pthread_mutex_lock(&j->lock->mu);
         bool gone = j->cancelled;
         if (!gone) j->state = JOB_RUNNING;
-        pthread_mutex_unlock(&j->mu);
+        pthread_mutex_unlock(&j->lock->mu);
         if (gone) { e->st.cancelled++; finish_unrun(j, NULL); continue; }
         dt_infer_request r = { j->p.prompt, j->p.nprompt, j->p.max_tokens, j->p.sampling, j->p.seed, on_token, on_end, j,
                                j->p.echo && j->p.logprobs ? on_prompt : NULL };

@@ -23,27 +23,19 @@ typedef struct {
     size_t len, cap;
     bool too_large;
     double t0;
-    serve_job *job;
-    long id;
+    serve_answer a;    /* the response: its choices' jobs, the bytes ready (a.out) */
+    size_t out_off;    /* of those, sent */
     int refs;          /* the request and its callback response */
-    char *out;         /* bytes ready for the client */
-    size_t out_len, out_off, sent;
-    size_t sent_r, sent_c; /* a thinking model's stream: the reasoning's and the content's bytes sent */
-    bool finished;     /* the last bytes are in out */
-    long created;
-    int chunks;        /* completion objects made so far (a chat stream's first names the role) */
-    int lp_sent;       /* the job's logprobs entries sent */
-    size_t lp_byte, lp_char; /* a byte of the text and the characters before it (text_offset counts characters) */
 } conn_state;
 
 static void conn_release(conn_state *cs) {
     if (--cs->refs > 0) return; /* both are called from the connection's own thread */
-    if (cs->job) {
-        serve_job_cancel(cs->job);
-        serve_job_release(cs->job);
+    for (int i = 0; i < cs->a.n; i++) {
+        serve_job_cancel(cs->a.ch[i].job);
+        serve_job_release(cs->a.ch[i].job);
     }
+    serve_answer_free(&cs->a);
     free(cs->body);
-    free(cs->out);
     free(cs);
 }
 
@@ -97,272 +89,12 @@ static enum MHD_Result abort_upload(serve_http *h, struct MHD_Connection *c, uns
     return MHD_NO;
 }
 
-static const char *finish_reason(const serve_job *j) { return j->why == DT_FINISH_STOP ? "stop" : "length"; }
-
-/* A choice's text: a completion's "text"; a chat's "message" (whole) or "delta" (a streamed chunk; the first also
- * names the role, the last is empty), with a thinking model's reasoning_content where it has one (NULL: none), and its
- * tool_calls where it makes them (calls, taken; a whole message's content then what came before them, null where
- * nothing did, as vLLM answers). */
-static void choice_text(cJSON *ch, bool chat, bool whole, bool first, const char *text, const char *reasoning, cJSON *calls) {
-    if (!chat) {
-        cJSON_AddStringToObject(ch, "text", text);
-        return;
-    }
-    cJSON *m = cJSON_AddObjectToObject(ch, whole ? "message" : "delta");
-    if (whole || first) cJSON_AddStringToObject(m, "role", "assistant");
-    if (reasoning) cJSON_AddStringToObject(m, "reasoning_content", reasoning);
-    if (calls && !*text) cJSON_AddNullToObject(m, "content");
-    else if (whole || *text || (first && !reasoning)) cJSON_AddStringToObject(m, "content", text);
-    if (calls) cJSON_AddItemToObject(m, "tool_calls", calls);
-}
-
-/* A token's text, its bytes made UTF-8 (a piece of a character shows as U+FFFD; caller frees; NULL: out of memory). */
-static char *token_string(const serve_vocab *v, int32_t id) {
-    char one[16];
-    size_t n, m;
-    const char *t = dt_token_text(v->bpe, id, one, &n);
-    return dt_utf8_clean(t, n, &m);
-}
-
-/* A chat's entry for a token: its text, logprob and bytes. */
-static cJSON *chat_token(const serve_vocab *v, int32_t id, float lp) {
-    char one[16], *s = token_string(v, id);
-    size_t n;
-    const char *t = dt_token_text(v->bpe, id, one, &n);
-    cJSON *e = cJSON_CreateObject(), *b;
-    cJSON_AddStringToObject(e, "token", s ? s : "");
-    cJSON_AddNumberToObject(e, "logprob", lp);
-    b = cJSON_AddArrayToObject(e, "bytes");
-    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)t[i]));
-    free(s);
-    return e;
-}
-
-/* A chat's logprobs entry: the token and its top alternatives. */
-static cJSON *chat_logprob(const serve_vocab *v, const serve_logprob *x, int top) {
-    cJSON *e = chat_token(v, x->token, x->logprob), *alts = cJSON_AddArrayToObject(e, "top_logprobs");
-    for (int i = 0; i < top; i++) cJSON_AddItemToArray(alts, chat_token(v, x->top[i], x->top_lp[i]));
-    return e;
-}
-
-/* A completion's logprobs entry into its four arrays: the token, its logprob (null: the prompt's first), its top
- * alternatives as {text: logprob} with the token's own among them (as OpenAI's: up to N + 1), its text's offset in
- * characters. */
-static void completion_logprob(conn_state *cs, const serve_logprob *x, cJSON *arrays[4]) {
-    const serve_vocab *v = cs->h->vocab;
-    int top = cs->job->p.top;
-    bool none = isnan(x->logprob);
-    char *s = token_string(v, x->token);
-    cJSON_AddItemToArray(arrays[0], cJSON_CreateString(s ? s : ""));
-    cJSON_AddItemToArray(arrays[1], none ? cJSON_CreateNull() : cJSON_CreateNumber(x->logprob));
-    cJSON *alts = none ? cJSON_CreateNull() : cJSON_CreateObject();
-    for (int i = 0; !none && i <= top; i++) { /* the top N, then the token itself where it is not among them */
-        char *k = i < top ? token_string(v, x->top[i]) : s;
-        if (k && !cJSON_GetObjectItemCaseSensitive(alts, k)) cJSON_AddNumberToObject(alts, k, i < top ? x->top_lp[i] : x->logprob);
-        if (i < top) free(k);
-    }
-    cJSON_AddItemToArray(arrays[2], alts);
-    const char *text = cs->job->text;
-    for (; cs->lp_byte < x->at; cs->lp_byte++) cs->lp_char += ((unsigned char)text[cs->lp_byte] & 0xC0) != 0x80;
-    cJSON_AddItemToArray(arrays[3], cJSON_CreateNumber((double)cs->lp_char));
-    free(s);
-}
-
-/* The logprobs of the job's tokens not yet sent whose text starts before byte upto, and once final an end-of-text
- * token's (null without logprobs). */
-static cJSON *logprobs_json(conn_state *cs, size_t upto, bool final) {
-    serve_job *j = cs->job;
-    if (!j->p.logprobs) return cJSON_CreateNull();
-    cJSON *o = cJSON_CreateObject(), *arrays[4] = { 0 }, *content = NULL;
-    static const char *names[4] = { "tokens", "token_logprobs", "top_logprobs", "text_offset" };
-    if (j->p.chat) content = cJSON_AddArrayToObject(o, "content"), cJSON_AddNullToObject(o, "refusal");
-    else for (int i = 0; i < 4; i++) arrays[i] = cJSON_AddArrayToObject(o, names[i]);
-    for (; cs->lp_sent < j->nlp && (j->lp[cs->lp_sent].at < upto || (final && j->lp[cs->lp_sent].ends)); cs->lp_sent++) {
-        if (j->p.chat) cJSON_AddItemToArray(content, chat_logprob(cs->h->vocab, &j->lp[cs->lp_sent], j->p.top));
-        else completion_logprob(cs, &j->lp[cs->lp_sent], arrays);
-    }
-    return o;
-}
-
-static void add_usage(cJSON *o, const serve_job *j) {
-    cJSON *u = cJSON_AddObjectToObject(o, "usage");
-    cJSON_AddNumberToObject(u, "prompt_tokens", j->p.nprompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", j->generated);
-    cJSON_AddNumberToObject(u, "total_tokens", j->p.nprompt + j->generated);
-}
-
-/* A stream's usage chunk (stream_options.include_usage): the completion object with no choices. */
-static char *usage_json(conn_state *cs) {
-    bool chat = cs->job->p.chat;
-    char id[40];
-    snprintf(id, sizeof id, "%s-%ld", chat ? "chatcmpl" : "cmpl", cs->id);
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "id", id);
-    cJSON_AddStringToObject(o, "object", chat ? "chat.completion.chunk" : "text_completion");
-    cJSON_AddNumberToObject(o, "created", (double)cs->created);
-    cJSON_AddStringToObject(o, "model", cs->h->model_name);
-    cJSON_AddArrayToObject(o, "choices");
-    add_usage(o, cs->job);
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
-}
-
-/* A completion object (a chat's: chat.completion, streamed as chat.completion.chunk): the whole one (usage
- * included) or a streamed chunk of text (and of reasoning: rn bytes at reasoning, NULL: none; and tool calls: calls,
- * taken, NULL: none). */
-static char *completion_json(conn_state *cs, const char *text, size_t n, const char *reasoning, size_t rn, const char *reason, bool usage,
-                             cJSON *calls) {
-    size_t m;
-    bool chat = cs->job->p.chat, whole = !cs->job->p.stream;
-    char *clean = dt_utf8_clean(text, n, &m), *rclean = reasoning ? dt_utf8_clean(reasoning, rn, &m) : NULL;
-    cJSON *o = cJSON_CreateObject(), *choices, *ch;
-    char id[40];
-    snprintf(id, sizeof id, "%s-%ld", chat ? "chatcmpl" : "cmpl", cs->id);
-    cJSON_AddStringToObject(o, "id", id);
-    cJSON_AddStringToObject(o, "object", !chat ? "text_completion" : whole ? "chat.completion" : "chat.completion.chunk");
-    cJSON_AddNumberToObject(o, "created", (double)cs->created);
-    cJSON_AddStringToObject(o, "model", cs->h->model_name);
-    choices = cJSON_AddArrayToObject(o, "choices");
-    ch = cJSON_CreateObject();
-    cJSON_AddItemToArray(choices, ch);
-    cJSON_AddNumberToObject(ch, "index", 0);
-    choice_text(ch, chat, whole, cs->chunks++ == 0, clean ? clean : "", reasoning ? rclean ? rclean : "" : NULL, calls);
-    cJSON_AddItemToObject(ch, "logprobs", logprobs_json(cs, reason ? cs->job->len : cs->job->visible, reason != NULL));
-    if (reason) cJSON_AddStringToObject(ch, "finish_reason", reason);
-    else cJSON_AddNullToObject(ch, "finish_reason");
-    if (usage) add_usage(o, cs->job);
-    else if (cs->job->p.stream_usage) cJSON_AddNullToObject(o, "usage"); /* (OpenAI's: null on every chunk but the last) */
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    free(clean), free(rclean);
-    return s;
-}
-
-static void out_append(conn_state *cs, const char *a, const char *b, const char *c) {
-    const char *parts[3] = { a, b, c };
-    for (int i = 0; i < 3; i++) {
-        size_t n = parts[i] ? strlen(parts[i]) : 0;
-        char *o = realloc(cs->out, cs->out_len + n + 1);
-        if (!o) return;
-        cs->out = o;
-        memcpy(cs->out + cs->out_len, parts[i] ? parts[i] : "", n);
-        cs->out_len += n;
-        cs->out[cs->out_len] = 0;
-    }
-}
-
 static bool peer_closed(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     char b;
     if (!ci) return false;
     ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
-/* A stream's last chunk (its finish reason) and the end. */
-static void stream_end(conn_state *cs, const char *reason) {
-    char *s = completion_json(cs, "", 0, NULL, 0, reason, false, NULL), *u = cs->job->p.stream_usage ? usage_json(cs) : NULL;
-    out_append(cs, "data: ", s, "\n\n");
-    if (u) out_append(cs, "data: ", u, "\n\n");
-    out_append(cs, "data: [DONE]\n\n", NULL, NULL);
-    free(s), free(u);
-    cs->finished = true;
-}
-
-static void stream_chunk(conn_state *cs, const char *text, size_t n, const char *reasoning, size_t rn, cJSON *calls) {
-    char *s = completion_json(cs, text, n, reasoning, rn, NULL, false, calls);
-    out_append(cs, "data: ", s, "\n\n");
-    free(s);
-}
-
-/* The form of tool calls the model's template writes (dt_chat_template.tools). */
-static int tool_form(const conn_state *cs) {
-    const dt_chat_template *t = dt_chat_template_of(cs->h->vocab->chat);
-    return t ? t->tools : 0;
-}
-
-/* The whole answer, its content n bytes at text (and its reasoning): with tools, its calls read from the content. */
-static void whole_answer(conn_state *cs, const char *text, size_t n, const char *reasoning, size_t rn) {
-    cJSON *calls = cs->job->p.chat && cs->job->p.tools ? serve_tool_calls(tool_form(cs), text, n, cs->id, &n) : NULL;
-    char *s = completion_json(cs, text, n, reasoning, rn, calls ? "tool_calls" : finish_reason(cs->job), true, calls);
-    out_append(cs, s, "\n", NULL);
-    free(s);
-    cs->finished = true;
-}
-
-/* A stream with tools: the content (from text + c0, its settled bytes to end) sent up to where a call may start (the
- * blocks held back); once done, the calls read from it in one chunk (OpenAI's deltas, each with its index), or the
- * held text where it makes none. */
-static void stream_with_tools(conn_state *cs, const char *text, size_t c0, size_t end, bool done) {
-    size_t upto = c0 + dt_chat_calls_text(tool_form(cs), text + c0, end - c0), n = end - c0;
-    cJSON *calls = done ? serve_tool_calls(tool_form(cs), text + c0, end - c0, cs->id, &n) : NULL, *c;
-    if (done) upto = c0 + n;
-    if (upto > c0 + cs->sent_c) stream_chunk(cs, text + c0 + cs->sent_c, upto - c0 - cs->sent_c, NULL, 0, NULL);
-    cs->sent_c = upto - c0;
-    int k = 0;
-    cJSON_ArrayForEach(c, calls) cJSON_AddNumberToObject(c, "index", k++);
-    if (calls) stream_chunk(cs, "", 0, NULL, 0, calls);
-    if (done) stream_end(cs, calls ? "tool_calls" : finish_reason(cs->job));
-}
-
-/* Under the job's lock, a thinking model's chat answer: a stream's newly settled reasoning and content, and the last
- * chunk; or the whole message with its reasoning_content. */
-static void produce_thinking(conn_state *cs, bool done) {
-    serve_job *j = cs->job;
-    const char *text = j->text ? j->text : ""; /* (none before the first token) */
-    serve_split sp;
-    serve_reasoning_split(text, done ? j->len : j->visible, done, &sp);
-    if (!j->p.stream) {
-        if (done) whole_answer(cs, text + sp.c0, j->len - sp.c0, sp.thinks ? text + sp.r0 : NULL, sp.r1 - sp.r0);
-        return;
-    }
-    size_t r_at, r_new, c_at, c_new;
-    serve_reasoning_next(&sp, cs->sent_r, cs->sent_c, &r_at, &r_new, &c_at, &c_new);
-    if (j->p.tools) c_new = 0; /* (the content's own way, below) */
-    if (r_new || c_new) stream_chunk(cs, text + c_at, c_new, r_new ? text + r_at : NULL, r_new, NULL);
-    cs->sent_r += r_new, cs->sent_c += c_new;
-    cs->sent = j->visible;
-    if (j->p.tools && (sp.settled > sp.c0 || done)) stream_with_tools(cs, text, sp.c0, sp.settled > sp.c0 ? sp.settled : sp.c0, done);
-    else if (done) stream_end(cs, finish_reason(j));
-}
-
-/* Under the job's lock: what the client gets next (a stream's new text; the whole completion once done). */
-static void produce(conn_state *cs) {
-    serve_job *j = cs->job;
-    bool done = j->state == JOB_DONE;
-    if (j->failed) {
-        char *s = NULL;
-        cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
-        cJSON_AddStringToObject(e, "message", j->message);
-        cJSON_AddStringToObject(e, "type", "server_error");
-        s = cJSON_PrintUnformatted(o);
-        cJSON_Delete(o);
-        out_append(cs, j->p.stream ? "data: " : "", s, j->p.stream ? "\n\ndata: [DONE]\n\n" : "");
-        free(s);
-        cs->finished = true;
-        return;
-    }
-    const dt_chat_template *t = dt_chat_template_of(cs->h->vocab->chat);
-    if (j->p.chat && t && t->no_think) { /* (a thinking model's reasoning in reasoning_content) */
-        produce_thinking(cs, done);
-        return;
-    }
-    if (j->p.stream && j->p.tools) { /* (a chat's text from its start: no echo) */
-        stream_with_tools(cs, j->text ? j->text : "", 0, done ? j->len : j->visible, done);
-        cs->sent = j->visible;
-        return;
-    }
-    if (j->p.stream && j->visible > cs->sent) {
-        stream_chunk(cs, j->text + cs->sent, j->visible - cs->sent, NULL, 0, NULL);
-        cs->sent = j->visible;
-    }
-    if (!done) return;
-    if (j->p.stream) {
-        stream_end(cs, finish_reason(j));
-        return;
-    }
-    whole_answer(cs, j->text, j->len, NULL, 0);
 }
 
 /* libmicrohttpd closes a connection idle for its timeout (serve_http_idle_seconds), and a connection waiting here on its
@@ -376,66 +108,89 @@ static void idle_timeout(conn_state *cs, bool on) {
 static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     conn_state *cs = cls;
-    serve_job *j = cs->job;
-    while (cs->out_off == cs->out_len) {
-        if (cs->finished) return MHD_CONTENT_READER_END_OF_STREAM;
-        cs->out_len = cs->out_off = 0;
+    serve_answer *a = &cs->a;
+    serve_lock *l = a->ch[0].job->lock; /* (every choice's) */
+    while (cs->out_off == a->out_len) {
+        if (a->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        a->out_len = cs->out_off = 0;
         idle_timeout(cs, false);
-        pthread_mutex_lock(&j->mu);
-        while (!(j->state == JOB_DONE || (j->p.stream && j->visible > cs->sent))) {
+        pthread_mutex_lock(&l->mu);
+        while (!serve_answer_ready(a)) {
             struct timespec t;
             clock_gettime(CLOCK_REALTIME, &t);
             t.tv_nsec += 250000000;
             if (t.tv_nsec >= 1000000000) { t.tv_sec++; t.tv_nsec -= 1000000000; }
-            if (pthread_cond_timedwait(&j->cv, &j->mu, &t) == ETIMEDOUT && peer_closed(cs->conn)) {
-                j->cancelled = true; /* the client left: its slot frees at the next token */
-                pthread_mutex_unlock(&j->mu);
+            if (pthread_cond_timedwait(&l->cv, &l->mu, &t) == ETIMEDOUT && peer_closed(cs->conn)) {
+                for (int i = 0; i < a->n; i++) a->ch[i].job->cancelled = true; /* the client left: the slots free at the next token */
+                pthread_mutex_unlock(&l->mu);
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
         }
-        produce(cs);
-        pthread_mutex_unlock(&j->mu);
+        serve_answer_produce(a);
+        pthread_mutex_unlock(&l->mu);
         idle_timeout(cs, true);
     }
-    size_t n = cs->out_len - cs->out_off < max ? cs->out_len - cs->out_off : max;
-    memcpy(buf, cs->out + cs->out_off, n);
+    size_t n = a->out_len - cs->out_off < max ? a->out_len - cs->out_off : max;
+    memcpy(buf, a->out + cs->out_off, n);
     cs->out_off += n;
     return (ssize_t)n;
 }
 
 static void reader_done(void *cls) { conn_release(cls); }
 
+/* Choice i's job (the caller's lock, NULL: the first's own) from p (taken; copied for every choice but the last), its
+ * seed p's plus i, an echo's prompt text first. NULL: out of memory. */
+static serve_job *choice_job(serve_http *h, serve_params *p, int i, long id, serve_lock *lock) {
+    serve_params mine;
+    if (i + 1 < p->n && serve_params_copy(p, &mine)) return NULL;
+    serve_job *j = serve_job_create(i + 1 < p->n ? &mine : p, id, lock);
+    if (!j) return NULL;
+    j->p.seed += (uint64_t)i;
+    bool scores = j->p.echo && j->p.logprobs;
+    if (j->p.echo) /* the prompt's text first (with logprobs, an entry a token, scored as the prompt is read) */
+        for (int k = 0; k < j->p.nprompt; k++)
+            if ((scores && !serve_job_add_logprob(j, j->p.prompt[k], j->len)) || serve_vocab_append(h->vocab, j->p.prompt[k], &j->text, &j->len, &j->cap)) {
+                serve_job_release(j), serve_job_release(j);
+                return NULL;
+            }
+    j->base = j->len;
+    j->visible = scores ? 0 : j->len; /* (the prompt's scores come with the first token, or the end) */
+    return j;
+}
+
 static enum MHD_Result completions(serve_http *h, conn_state *cs, bool chat) {
     serve_params p;
     const char *param;
     if (serve_params_parse(cs->body ? cs->body : "", cs->len, h->vocab, h->context, chat, &p, &param))
         return send_error(h, cs->conn, 400, param, dt_last_error());
+    serve_answer *a = &cs->a;
+    *a = (serve_answer){ .vocab = h->vocab, .model_name = h->model_name, .created = (long)time(NULL), .chat = chat, .stream = p.stream };
     pthread_mutex_lock(&h->mu);
-    cs->id = ++h->next_id;
+    a->id = h->next_id + 1; /* (the first choice's; the others' ids follow, their tool calls named by them) */
+    h->next_id += p.n;
     pthread_mutex_unlock(&h->mu);
-    cs->created = (long)time(NULL);
-    serve_job *j = serve_job_create(&p, cs->id);
-    if (!j) { serve_params_free(&p); return send_error(h, cs->conn, 500, NULL, "out of memory"); }
-    bool scores = j->p.echo && j->p.logprobs;
-    if (j->p.echo) /* the prompt's text first (with logprobs, an entry a token, scored as the prompt is read) */
-        for (int i = 0; i < j->p.nprompt; i++)
-            if ((scores && !serve_job_add_logprob(j, j->p.prompt[i], j->len)) || serve_vocab_append(h->vocab, j->p.prompt[i], &j->text, &j->len, &j->cap)) {
-                serve_job_release(j), serve_job_release(j);
-                return send_error(h, cs->conn, 500, NULL, "out of memory for the echoed prompt");
-            }
-    j->base = j->len;
-    j->visible = scores ? 0 : j->len; /* (the prompt's scores come with the first token, or the end) */
-    if (serve_engine_submit(h->engine, j)) {
-        serve_job_release(j); /* the engine's reference, never taken */
-        serve_job_release(j);
-        return send_error(h, cs->conn, 503, NULL, dt_last_error());
+    int n = p.n;
+    if (!(a->ch = calloc((size_t)n, sizeof *a->ch))) { serve_params_free(&p); return send_error(h, cs->conn, 500, NULL, "out of memory"); }
+    for (int i = 0; i < n; i++, a->n++)
+        if (!(a->ch[i].job = choice_job(h, &p, i, a->id + i, i ? a->ch[0].job->lock : NULL))) break;
+    if (a->n < n) serve_params_free(&p);
+    dt_status st = a->n < n ? dt_error(DT_ERR_NOMEM, "out of memory for the request's %d choices", n) : DT_OK;
+    int in = 0;
+    while (!st && in < n && !(st = serve_engine_submit(h->engine, a->ch[in].job))) in++;
+    if (st) { /* the choices that went in are cancelled (each ends at once); the others' engine references never taken */
+        for (int i = 0; i < a->n; i++) {
+            serve_job_cancel(a->ch[i].job);
+            if (i >= in) serve_job_release(a->ch[i].job);
+            serve_job_release(a->ch[i].job);
+        }
+        a->n = 0;
+        return send_error(h, cs->conn, st == DT_ERR_NOMEM ? 500 : 503, NULL, dt_last_error());
     }
-    cs->job = j;
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, reader, cs, reader_done);
     if (!r) return MHD_NO;
     cs->refs++;
-    MHD_add_response_header(r, "Content-Type", j->p.stream ? "text/event-stream" : "application/json");
-    if (j->p.stream) MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_add_response_header(r, "Content-Type", a->stream ? "text/event-stream" : "application/json");
+    if (a->stream) MHD_add_response_header(r, "Cache-Control", "no-cache");
     enum MHD_Result ok = MHD_queue_response(cs->conn, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     return ok;

@@ -10,6 +10,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+dt_status serve_params_copy(const serve_params *a, serve_params *out) {
+    *out = *a;
+    out->prompt = NULL, out->bias = NULL, out->nstop = 0;
+    bool ok = (out->prompt = malloc(sizeof(int32_t) * (size_t)(a->nprompt ? a->nprompt : 1))) != NULL;
+    if (ok) memcpy(out->prompt, a->prompt, sizeof(int32_t) * (size_t)a->nprompt);
+    if (ok && a->nbias) ok = (out->bias = malloc(sizeof *out->bias * (size_t)a->nbias)) != NULL;
+    if (ok && a->nbias) memcpy(out->bias, a->bias, sizeof *out->bias * (size_t)a->nbias);
+    out->sampling.logit_bias = out->bias;
+    for (int i = 0; ok && i < a->nstop; i++) ok = (out->stop[out->nstop++] = strdup(a->stop[i])) != NULL;
+    if (ok) return DT_OK;
+    serve_params_free(out);
+    return dt_error(DT_ERR_NOMEM, "out of memory for a request's copy");
+}
+
 void serve_params_free(serve_params *p) {
     free(p->prompt);
     free(p->bias);
@@ -91,7 +105,7 @@ static dt_status read_flag(const cJSON *o, const char *name, bool *out, const ch
 /* Fields OpenAI's API has that change the output and that this server does not do: refused unless at their neutral value. */
 static dt_status refuse_unsupported(const cJSON *o, const char **param) {
     static const struct { const char *name; double neutral; } nums[] = {
-        { "n", 1 }, { "best_of", 1 } };
+        { "best_of", 1 } };
     for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, nums[i].name);
         if (f && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == nums[i].neutral))
@@ -225,7 +239,7 @@ static dt_status read_messages(const cJSON *o, const serve_vocab *v, serve_param
 }
 
 static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, bool chat, serve_params *p, const char **param) {
-    double mt, temp, topp, topk, minp, rep, pres, freq, seed;
+    double mt, temp, topp, topk, minp, rep, pres, freq, seed, n;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
     if (model && !cJSON_IsString(model)) return bad(param, "model", "'%s' must be a string%s", "");
     /* chat's newer name for max_tokens */
@@ -253,6 +267,7 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
     if (!st) st = number(o, "frequency_penalty", -2, 2, false, 0, &freq, param);
     if (!st) st = read_bias(o, v, p, param);
     if (!st) st = number(o, "seed", 0, 9007199254740991.0, true, 0, &seed, param);
+    if (!st) st = number(o, "n", 1, 128, true, 1, &n, param); /* (OpenAI's most) */
     if (!st) st = read_flag(o, "stream", &p->stream, param);
     if (!st && !chat) st = read_flag(o, "echo", &p->echo, param);
     if (!st) st = read_logprobs(o, chat, p, param);
@@ -269,6 +284,7 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
     p->max_tokens = (int)mt;
     p->sampling = (dt_sampling){ (float)temp, (int)topk, (float)topp, (float)minp, (float)rep, (float)pres, (float)freq, p->bias, p->nbias };
     p->seed = (uint64_t)seed;
+    p->n = (int)n;
     return DT_OK;
 }
 

@@ -40,12 +40,15 @@ typedef struct {
     int nstop;
     bool stream, echo;
     bool stream_usage;   /* stream_options.include_usage: a stream's last chunk before [DONE] holds the usage alone */
+    int n;               /* choices: completions of the prompt, choice i drawn with seed + i */
     bool logprobs;       /* each token's log-probability (a completion's "logprobs": N, a chat's "logprobs": true) */
     int top;             /* and its top alternatives (0 to SERVE_MAX_TOP: N, or a chat's "top_logprobs") */
     bool chat;           /* /v1/chat/completions: messages in, a chat.completion out */
     bool tools;          /* with tools the model may call (tool_choice auto): its answer's tool calls read (tool_calls.c) */
 } serve_params;
 void serve_params_free(serve_params *p);
+/* A deep copy of a (its prompt, stops and biases its own; DT_ERR_NOMEM). */
+dt_status serve_params_copy(const serve_params *a, serve_params *out);
 /* Parses and checks a /v1/completions body (chat: a /v1/chat/completions one) against the model's context and
  * vocabulary; on a bad request returns DT_ERR_ARG with the message and sets *param to the field at fault (or NULL). */
 dt_status serve_params_parse(const char *body, size_t len, const serve_vocab *v, int context, bool chat, serve_params *p,
@@ -84,12 +87,20 @@ typedef struct {
     float top_lp[SERVE_MAX_TOP];
 } serve_logprob;
 
-/* One request in flight. The engine writes text and the state; the HTTP
- * thread reads them and sends; both hold a reference, the last frees. */
-typedef struct serve_job {
-    serve_params p;
+/* The lock and condition of a request's jobs (its n choices share one, so that the HTTP thread waits on all at once);
+ * each job holds a reference. */
+typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    int refs; /* under mu */
+} serve_lock;
+
+/* One completion in flight (a request's choice). The engine writes text and
+ * the state; the HTTP thread reads them and sends; both hold a reference,
+ * the last frees. */
+typedef struct serve_job {
+    serve_params p;
+    serve_lock *lock;
     job_state state;
     dt_finish why;
     char *text;          /* the completion's bytes so far (a stop sequence cut off) */
@@ -109,7 +120,8 @@ typedef struct serve_job {
     struct serve_engine *engine; /* the engine running it */
 } serve_job;
 
-serve_job *serve_job_create(serve_params *p, long id); /* takes p's contents; refs 2 (engine and HTTP) */
+/* Takes p's contents; refs 2 (engine and HTTP); under lock (NULL: a lock of its own). */
+serve_job *serve_job_create(serve_params *p, long id, serve_lock *lock);
 /* Under the job's lock (or before it is submitted): an entry for token, its text starting at byte at (NULL: out of
  * memory). */
 serve_logprob *serve_job_add_logprob(serve_job *j, int32_t token, size_t at);
@@ -136,5 +148,35 @@ bool serve_engine_idle(serve_engine *e);
 void serve_engine_destroy(serve_engine *e);
 
 double serve_now(void);
+
+/* A response being made (answer.c): its n choices, each a job and what of it has gone out, and the bytes ready. */
+typedef struct {
+    serve_job *job;
+    size_t sent;             /* of the job's text, the bytes sent (a stream) */
+    size_t sent_r, sent_c;   /* a thinking model's stream: the reasoning's and the content's */
+    int chunks;              /* chunks made (a chat stream's first names the role) */
+    int lp_sent;             /* logprobs entries sent */
+    size_t lp_byte, lp_char; /* a byte of the text and the characters before it (text_offset counts characters) */
+    bool ended;              /* its last chunk made (a stream), or its part of the whole response */
+    struct cJSON *whole;     /* a whole response's choice, once its job is done */
+} serve_choice;
+
+typedef struct {
+    const serve_vocab *vocab;
+    const char *model_name;
+    long id, created;
+    serve_choice *ch;
+    int n;
+    bool chat, stream;
+    char *out;               /* the bytes ready for the client */
+    size_t out_len;
+    bool finished;           /* the last of them are in out */
+} serve_answer;
+/* Under the jobs' lock: whether produce has something to add (a choice's new text or its end; a failed job). */
+bool serve_answer_ready(const serve_answer *a);
+/* Under the jobs' lock: the next bytes into out (a stream's new chunks, each of one choice; the whole response once
+ * every job is done; a failed job's error), finished set with the last. */
+void serve_answer_produce(serve_answer *a);
+void serve_answer_free(serve_answer *a);
 
 #endif
