@@ -203,7 +203,7 @@ static enum MHD_Result metrics(serve_http *h, struct MHD_Connection *c) {
     pthread_mutex_unlock(&h->mu);
     char t[2048];
     snprintf(t, sizeof t,
-             "# HELP dtrain_requests_total completion requests that reached the queue or were turned away by it\n"
+             "# HELP dtrain_requests_total completions (a request of n choices: n) that reached the queue or were turned away by it\n"
              "dtrain_requests_total %ld\n"
              "dtrain_requests_rejected_total %ld\n"
              "dtrain_requests_completed_total %ld\n"

@@ -6,6 +6,7 @@
 #include "serve_internal.h"
 
 #include <microhttpd.h>
+#include <stdatomic.h>
 
 /* libmicrohttpd's idle timeout for a connection: a body's upload time and 5 s more (a slow client's 408 goes first). */
 static inline unsigned serve_http_idle_seconds(double upload_seconds) { return (unsigned)upload_seconds + 5; }
@@ -17,7 +18,7 @@ typedef struct {
     int context;
     size_t max_body;       /* bytes a request body may have */
     double upload_seconds; /* a request body must arrive within this */
-    volatile bool draining;
+    atomic_bool draining;  /* set by the main thread on SIGTERM, read by the connections' */
     pthread_mutex_t mu;
     long next_id, errors_4xx, errors_5xx;
 } serve_http;
