@@ -3,7 +3,8 @@
 hf FIXTURE PORT: a server on the fixture's Hugging Face folder scores each row of the fixture's inputs (echo,
   max_tokens 0, logprobs 5); every token's log-probability against log_softmax of transformers' logits, and the five
   alternatives against transformers' five most likely; lm-evaluation-harness's loglikelihood request (max_tokens 1,
-  logprobs 1, echo) answers an entry a prompt token and one for the token drawn. Prints [worst relative error, rows'
+  logprobs 1, echo) answers an entry a prompt token and one for the token drawn; ignore_eos draws past the folder's
+  end of text. Prints [worst relative error, rows'
   tokens whose top 5 agree, tokens].
 same PORT PROMPT: on a byte-level model: a greedy completion's logprobs against the server's scores of the prompt
   and completion read as one prompt (the decoder's steps against its prefill); each drawn token its own first
@@ -70,6 +71,14 @@ def hf(fixture, port):
             got = lp["top_logprobs"][i]  # the text of a byte below 128 is its character (NUL's U+FFFD: C strings hold none)
             key = [chr(v) if v else "\ufffd" for v in top]
             tops += all(k in got and abs(got[k] - (logits[v] - lse)) <= 1e-5 * abs(logits[v] - lse) for k, v in zip(key, top))
+    # vLLM's ignore_eos: this prompt's greedy answer ends at once (the folder's eos_token_id, 2); ignored, it runs to
+    # max_tokens, the end drawn in its logprobs and left out of its text
+    plain = post(port, {"prompt": [5, 6, 7, 8], "max_tokens": 6, "temperature": 0, "logprobs": 0})["choices"][0]
+    on = post(port, {"prompt": [5, 6, 7, 8], "max_tokens": 6, "temperature": 0, "logprobs": 0, "ignore_eos": True})
+    c = on["choices"][0]
+    assert plain["finish_reason"] == "stop" and plain["logprobs"]["tokens"] == ["\x02"], plain
+    assert c["finish_reason"] == "length" and on["usage"]["completion_tokens"] == 6 and c["logprobs"]["tokens"][0] == "\x02" \
+        and "\x02" not in c["text"] and len(c["text"]) == 6 - c["logprobs"]["tokens"].count("\x02"), on
     print(json.dumps([worst, tops, rows * (T - 1)]))
 
 

@@ -25,7 +25,7 @@ static void usage(void) {
            "checkpoint directory. OpenAI's completions API:\n"
            "  POST /v1/completions  {\"prompt\", \"max_tokens\" (16), \"temperature\" (1), \"top_p\" (1), \"top_k\" (0: all),\n"
            "                         \"min_p\" (0), \"repetition_penalty\" (1), \"presence_penalty\", \"frequency_penalty\" (0),\n"
-           "                         \"logit_bias\", \"seed\" (0), \"n\" (1), \"stop\", \"stream\" (\"stream_options\": include_usage), \"echo\",\n"
+           "                         \"logit_bias\", \"seed\" (0), \"n\" (1), \"ignore_eos\", \"stop\", \"stream\" (\"stream_options\": include_usage), \"echo\",\n"
            "                         \"logprobs\" (N: each token's and its N likeliest; with echo the prompt's too, and\n"
            "                         max_tokens 0 scores the prompt alone)}\n"
            "  POST /v1/chat/completions  {\"messages\", ...} by the model's chat template (ChatML; Llama 3, 3.1, 3.2; Qwen 2,\n"

@@ -134,7 +134,7 @@ static void logprob_of(const serve_job *j, const float *logits, int32_t token, s
 static int on_token(void *ctx, int32_t token, const float *logits) {
     serve_job *j = ctx;
     serve_engine *e = j->engine;
-    bool ends = dt_token_ends_has(&e->v->ends, token), scored = j->p.logprobs;
+    bool ends = dt_token_ends_has(&e->v->ends, token) && !j->p.ignore_eos, scored = j->p.logprobs;
     serve_logprob one;
     if (scored) logprob_of(j, logits, token, &one);
     pthread_mutex_lock(&j->lock->mu);
@@ -148,6 +148,8 @@ static int on_token(void *ctx, int32_t token, const float *logits) {
         snprintf(j->message, sizeof j->message, "out of memory for logprobs");
     } else if (ends) {
         stop = true; /* the end of the text (or another end): a stop, not part of it */
+    } else if (dt_token_ends_has(&e->v->ends, token)) {
+        /* ignore_eos: an end drawn goes on, its text left out (as vLLM's, which skips special tokens' text) */
     } else if (serve_vocab_append(e->v, token, &j->text, &j->len, &j->cap)) {
         stop = j->failed = true;
         snprintf(j->message, sizeof j->message, "%s", dt_last_error());

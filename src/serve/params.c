@@ -102,10 +102,23 @@ static dt_status read_flag(const cJSON *o, const char *name, bool *out, const ch
     return DT_OK;
 }
 
-/* Fields OpenAI's API has that change the output and that this server does not do: refused unless at their neutral value. */
+/* Fields OpenAI's API (and vLLM's extensions of it) has that change the output and that this server does not do:
+ * refused unless at their neutral value (a number's; false; an empty list or object). */
 static dt_status refuse_unsupported(const cJSON *o, const char **param) {
     static const struct { const char *name; double neutral; } nums[] = {
-        { "best_of", 1 } };
+        { "best_of", 1 }, { "min_tokens", 0 }, { "length_penalty", 1 }, { "truncate_prompt_tokens", 0 } };
+    static const char *flags[] = { "include_stop_str_in_output", "use_beam_search" };
+    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, flags[i]);
+        if (f && !cJSON_IsNull(f) && !cJSON_IsFalse(f)) return bad(param, flags[i], "'%s' is not supported by this server%s", " (only false)");
+    }
+    static const char *lists[] = { "stop_token_ids", "bad_words", "allowed_token_ids", "guided_json", "guided_regex", "guided_choice",
+                                   "guided_grammar", "structured_outputs", "prompt_logprobs" };
+    for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, lists[i]);
+        if (f && !cJSON_IsNull(f) && !((cJSON_IsArray(f) || cJSON_IsObject(f)) && !f->child))
+            return bad(param, lists[i], "'%s' is not supported by this server%s", "");
+    }
     for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, nums[i].name);
         if (f && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == nums[i].neutral))
@@ -272,6 +285,7 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
     if (!st && !chat) st = read_flag(o, "echo", &p->echo, param);
     if (!st) st = read_logprobs(o, chat, p, param);
     if (!st) st = read_stream_options(o, p, param);
+    if (!st) st = read_flag(o, "ignore_eos", &p->ignore_eos, param); /* (vLLM's) */
     if (!st) st = read_response_format(o, param);
     if (st) return st;
     if ((double)p->nprompt + mt > context || (chat && mt < 1)) {
