@@ -13,7 +13,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     const char *param;
     for (int chat = 0; chat < 2; chat++)
         if (serve_params_parse((const char *)data, n, &v, 64, chat, &p, &param) == DT_OK) {
-            if (p.nprompt < 1 || p.nprompt + p.max_tokens > 64 || p.max_tokens < 1 || dt_sampling_check(&p.sampling)) abort();
+            /* (a completion of max_tokens 0 scores its prompt alone; a chat draws at least one) */
+            if (p.nprompt < 1 || p.nprompt + p.max_tokens > 64 || p.max_tokens < !!chat || dt_sampling_check(&p.sampling)) abort();
+            if (p.n < 1 || p.n > 128 || p.top < 0 || p.top > SERVE_MAX_TOP || p.nbias < 0 || p.nbias > v.vocab) abort();
+            for (int i = 0; i < p.nbias; i++)
+                if (p.bias[i].token < 0 || p.bias[i].token >= v.vocab || p.sampling.logit_bias != p.bias) abort();
             if (dt_utf8_find_invalid((const char *)data, n) != n) abort();
             serve_params_free(&p);
         }
