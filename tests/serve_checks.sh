@@ -228,6 +228,8 @@ r=$(python3 "$HERE/serve_logprobs.py" same "$port" "The " 2>&1)
 r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d '{"messages":[{"role":"user","content":"a"}],"top_logprobs":2}')
 [ "${r##* }" = 400 ] && echo "$r" | grep -q '"param":"top_logprobs"' && ok "a chat's top_logprobs without logprobs: 400 naming it" ||
     fail "top_logprobs without logprobs: $r"
+r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/chat/completions" -d '{"messages":[{"role":"user","content":"a"}],"echo":true}')
+[ "${r##* }" = 400 ] && echo "$r" | grep -q '"param":"echo"' && ok "a chat's echo (vLLM's): 400 naming it" || fail "a chat's echo: $r"
 kill -TERM $spid; wait $spid
 
 # ---- bad requests: a 4xx with a message each; the server serves on ----
@@ -261,6 +263,8 @@ vLLM's stop_token_ids (not supported)|400|{"prompt": "The", "stop_token_ids": [5
 vLLM's guided_json (not supported)|400|{"prompt": "The", "guided_json": {"type": "object"}}
 vLLM's include_stop_str_in_output (not supported)|400|{"prompt": "The", "include_stop_str_in_output": true}
 ignore_eos not a boolean|400|{"prompt": "The", "ignore_eos": 1}
+vLLM's chat_template (not supported)|400|{"prompt": "The", "chat_template": "{{ x }}"}
+vLLM's continue_final_message (not supported)|400|{"prompt": "The", "continue_final_message": true}
 logprobs above 20|400|{"prompt": "The", "logprobs": 21}
 logprobs true (the chat API's form) on a completion|400|{"prompt": "The", "logprobs": true}
 max_tokens -1|400|{"prompt": "The", "max_tokens": -1}

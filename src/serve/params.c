@@ -107,18 +107,23 @@ static dt_status read_flag(const cJSON *o, const char *name, bool *out, const ch
 static dt_status refuse_unsupported(const cJSON *o, const char **param) {
     static const struct { const char *name; double neutral; } nums[] = {
         { "best_of", 1 }, { "min_tokens", 0 }, { "length_penalty", 1 }, { "truncate_prompt_tokens", 0 } };
-    static const char *flags[] = { "include_stop_str_in_output", "use_beam_search" };
+    static const char *flags[] = { "include_stop_str_in_output", "use_beam_search", "continue_final_message" };
     for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, flags[i]);
         if (f && !cJSON_IsNull(f) && !cJSON_IsFalse(f)) return bad(param, flags[i], "'%s' is not supported by this server%s", " (only false)");
     }
     static const char *lists[] = { "stop_token_ids", "bad_words", "allowed_token_ids", "guided_json", "guided_regex", "guided_choice",
-                                   "guided_grammar", "structured_outputs", "prompt_logprobs" };
+                                   "guided_grammar", "structured_outputs", "prompt_logprobs", "documents" };
     for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, lists[i]);
         if (f && !cJSON_IsNull(f) && !((cJSON_IsArray(f) || cJSON_IsObject(f)) && !f->child))
             return bad(param, lists[i], "'%s' is not supported by this server%s", "");
     }
+    /* a chat's prompt is the model's own template's, ending in the assistant's turn (vLLM's chat_template and
+     * add_generation_prompt: false would change it) */
+    const cJSON *tpl = cJSON_GetObjectItemCaseSensitive(o, "chat_template"), *gen = cJSON_GetObjectItemCaseSensitive(o, "add_generation_prompt");
+    if (tpl && !cJSON_IsNull(tpl)) return bad(param, "chat_template", "'%s' is not supported by this server%s", " (the model's own is used)");
+    if (gen && !cJSON_IsNull(gen) && !cJSON_IsTrue(gen)) return bad(param, "add_generation_prompt", "'%s' is not supported by this server%s", " (only true)");
     for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, nums[i].name);
         if (f && !cJSON_IsNull(f) && !(cJSON_IsNumber(f) && f->valuedouble == nums[i].neutral))
@@ -283,6 +288,8 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
     if (!st) st = number(o, "n", 1, 128, true, 1, &n, param); /* (OpenAI's most) */
     if (!st) st = read_flag(o, "stream", &p->stream, param);
     if (!st && !chat) st = read_flag(o, "echo", &p->echo, param);
+    if (!st && chat && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "echo"))) /* (vLLM's: the last message echoed) */
+        st = bad(param, "echo", "'%s' is not supported by this server for a chat%s", " (a completion's echo is)");
     if (!st) st = read_logprobs(o, chat, p, param);
     if (!st) st = read_stream_options(o, p, param);
     if (!st) st = read_flag(o, "ignore_eos", &p->ignore_eos, param); /* (vLLM's) */
