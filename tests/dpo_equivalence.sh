@@ -49,6 +49,10 @@ verdict $ok "one process: step 1's loss is log 2 ($first), step 20's below it ($
 tags=$(cat "$dir"/tb/events.out.tfevents.* | grep -a -o "train/rewards_accuracies" | wc -l)
 [ "$tags" = 20 ] && ok=1 || ok=0
 verdict $ok "--tensorboard: train/rewards_accuracies a step (TRL's name): $tags events"
+lpc=($(field logps_chosen "$dir/ref.jsonl")) lpr=($(field logps_rejected "$dir/ref.jsonl")) rc=($(field reward_chosen "$dir/ref.jsonl"))
+[ "${#lpc[@]}" = 20 ] && [ "${#lpr[@]}" = 20 ] && [ "${rc[0]}" = 0.000000 ] && awk "BEGIN{exit !(${lpc[0]} < 0 && ${lpr[19]} < 0)}" &&
+    [ "$(cat "$dir"/tb/events.out.tfevents.* | grep -a -o "train/logps_chosen" | wc -l)" = 20 ] && ok=1 || ok=0
+verdict $ok "the metrics' logps_chosen, logps_rejected (TRL's logps/*) and reward_chosen a step: ${lpc[0]:-none}, ${lpr[0]:-none}, ${rc[0]:-none} at step 1"
 acc=($(field reward_accuracy "$dir/ref.jsonl"))
 [ "${#acc[@]}" = 20 ] && [ "${acc[0]}" = 0.0000 ] && awk "BEGIN{exit !(${acc[19]} > 0.5)}" && ok=1 || ok=0
 verdict $ok "the metrics' reward accuracy a step: ${acc[0]:-none} at step 1 (the reference), ${acc[19]:-none} at step 20"

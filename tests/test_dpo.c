@@ -160,6 +160,17 @@ static void check_trl(const char *dir, const char *name) {
         if (texts)
             check("pairs: the statistics count the pairs (one of 4 has chosen above rejected)", s[DT_DPO_PAIRS] == 4 && s[DT_DPO_ACCURATE] == 1 &&
                   fabs(s[DT_DPO_LOSS] / 4 - want_loss) <= 1e-6 * want_loss, detail);
+        /* TRL's logps/chosen and logps/rejected: the means of the policy's log-probabilities, its "logps" */
+        float lp[MAXROWS];
+        double mc = 0, mr = 0;
+        if (texts && !(st = dt_safetensors_read(pol, "logps", 1, &n, 0, lp))) {
+            for (int k = 0; k < n; k++) *(k % 2 ? &mr : &mc) += lp[k] / (n / 2);
+            double ec = fabs(s[DT_DPO_LOGPS_CHOSEN] / 4 - mc) / fabs(mc), er = fabs(s[DT_DPO_LOGPS_REJECTED] / 4 - mr) / fabs(mr);
+            snprintf(detail, sizeof detail, "%.6f / %.6f against %.6f / %.6f (%.1e, %.1e)", s[DT_DPO_LOGPS_CHOSEN] / 4,
+                     s[DT_DPO_LOGPS_REJECTED] / 4, mc, mr, ec, er);
+            check("pairs: the statistics' mean chosen and rejected log-probabilities are TRL's logps/chosen, logps/rejected within 1e-6",
+                  ec <= 1e-6 && er <= 1e-6, detail);
+        }
     }
     /* two micro-batches of two pairs each, grad_scale 1/2 each: the same loss and gradients */
     if (!st && texts && (g = malloc(m.nparams * sizeof(float)))) {

@@ -428,9 +428,11 @@ dt_status dt_train_config_load(const char *path, dt_train_config *c);
  * queue, each step). With dt_dpo_set_reference on, forwards record the rows' reference log-probabilities (loss 0);
  * off, they compute the loss from them (NAN for a row
  * whose reference is not recorded). Statistics since the last clear, summed over the pairs seen: count, reward
- * accuracy (chosen's reward above rejected's), chosen's and rejected's rewards (beta times the log-ratios), loss. */
+ * accuracy (chosen's reward above rejected's), chosen's and rejected's rewards (beta times the log-ratios), loss, and
+ * chosen's and rejected's log-probabilities under the policy (LD-DPO's where it weighs them; TRL's logps/chosen,
+ * logps/rejected). */
 typedef struct dt_dpo dt_dpo;
-enum { DT_DPO_PAIRS, DT_DPO_ACCURATE, DT_DPO_CHOSEN, DT_DPO_REJECTED, DT_DPO_LOSS, DT_DPO_NSTATS };
+enum { DT_DPO_PAIRS, DT_DPO_ACCURATE, DT_DPO_CHOSEN, DT_DPO_REJECTED, DT_DPO_LOSS, DT_DPO_LOGPS_CHOSEN, DT_DPO_LOGPS_REJECTED, DT_DPO_NSTATS };
 dt_status dt_dpo_create(const dt_dpo_config *c, size_t nrows, dt_dpo **out);
 void dt_dpo_destroy(dt_dpo *d);
 dt_status dt_dpo_queue(dt_dpo *d, size_t row);

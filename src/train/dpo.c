@@ -92,10 +92,11 @@ static double wpo_weight(int b, int T, const dt_token_rows *r, int scored) {
 }
 
 /* What a micro-batch's pairs are made of: each row's scored tokens and plain log-probability (sft's), each pair's
- * shared length (LD-DPO's), chosen and rejected log-ratios, reference's chosen less rejected, and weight (WPO's, or 1). */
+ * shared length (LD-DPO's), chosen and rejected log-ratios, reference's chosen less rejected, weight (WPO's, or 1),
+ * and chosen's and rejected's log-probabilities as the log-ratios weigh them. */
 typedef struct {
     int pairs, *scored, *shared;
-    double *logp, *cr, *rr, *refd, *w;
+    double *logp, *cr, *rr, *refd, *w, *lc, *lr;
 } pair_rows;
 
 /* The micro-batch's pairs' losses (their weights on the rows' tokens into dce), once every pair's log-ratios are known:
@@ -110,7 +111,7 @@ static double pairs_loss(dt_dpo *d, const pair_rows *pr, int T, const int32_t *t
     for (int i = 0; i < pairs; i++) {
         double cr = pr->cr[i], rr = pr->rr[i], w = pr->w[i];
         double L = w * dt_dpo_pair_loss(c, cr, rr, pr->scored[2 * i], pr->scored[2 * i + 1], &gc[i], &gr[i]);
-        double s[DT_DPO_NSTATS] = { 1, cr > rr, c->beta * cr, c->beta * rr, L };
+        double s[DT_DPO_NSTATS] = { 1, cr > rr, c->beta * cr, c->beta * rr, L, pr->lc[i], pr->lr[i] };
         for (int k = 0; k < DT_DPO_NSTATS; k++) d->stats[k] += s[k];
         gc[i] *= w, gr[i] *= w;
         loss += L, sft_ce -= pr->logp[2 * i], sft_n += pr->scored[2 * i], wmean += w / pairs;
@@ -145,13 +146,14 @@ float dt_dpo_token_loss(void *ctx, const dt_token_rows *r, float *dce) {
     int B = r->B, T = r->T, pairs = B / 2;
     size_t row = d->head < d->nq ? d->queue[d->head++] : (size_t)-1;
     pair_rows pr = { .pairs = pairs, .scored = malloc(sizeof(int) * (size_t)(B + pairs + 1)),
-                     .logp = malloc(sizeof(double) * (size_t)(B + 4 * pairs + 1)) };
+                     .logp = malloc(sizeof(double) * (size_t)(B + 6 * pairs + 1)) };
     /* known: the rows are queued, recorded (or being recorded) and WPO's figures given where it needs them */
     bool known = pr.scored && pr.logp && row != (size_t)-1 && row + (size_t)B <= d->nrows && !(c->wpo && !d->reference && !r->lsq);
     double loss = NAN;
     memset(dce, 0, sizeof(float) * (size_t)B * (size_t)T);
     if (known) {
         pr.shared = pr.scored + B, pr.cr = pr.logp + B, pr.rr = pr.cr + pairs, pr.refd = pr.rr + pairs, pr.w = pr.refd + pairs;
+        pr.lc = pr.w + pairs, pr.lr = pr.lc + pairs;
         for (int b = 0; b < B; b++) pr.scored[b] = row_scored(b, T, r->targets), pr.logp[b] = row_logp(b, T, r->ce, r->targets, INT_MAX, 1);
         for (int i = 0; known && i < pairs; i++) {
             int sc = pr.scored[2 * i], sr = pr.scored[2 * i + 1];
@@ -162,7 +164,7 @@ float dt_dpo_token_loss(void *ctx, const dt_token_rows *r, float *dce) {
             double *ref = d->ref + row + 2 * i;
             if (d->reference) ref[0] = lc, ref[1] = lr, d->have[row + 2 * i] = d->have[row + 2 * i + 1] = true;
             known = d->have[row + 2 * i] && d->have[row + 2 * i + 1]; /* never recorded: said by the NaN */
-            pr.cr[i] = lc - ref[0], pr.rr[i] = lr - ref[1], pr.refd[i] = ref[0] - ref[1];
+            pr.cr[i] = lc - ref[0], pr.rr[i] = lr - ref[1], pr.refd[i] = ref[0] - ref[1], pr.lc[i] = lc, pr.lr[i] = lr;
             pr.w[i] = c->wpo && !d->reference ? wpo_weight(2 * i, T, r, sc) * wpo_weight(2 * i + 1, T, r, sr) : 1;
         }
     }

@@ -71,7 +71,7 @@ dt_status dt_train_dpo_queue(run *r, dt_loader *l) {
     return dt_dpo_queue(r->dpo, dt_loader_last_row(l) + offset);
 }
 
-dt_status dt_train_dpo_stats(run *r, bool say, float out[2]) {
+dt_status dt_train_dpo_stats(run *r, bool say, float out[DT_TRAIN_DPO_NFIGS]) {
     double s[DT_DPO_NSTATS];
     dt_dpo_stats(r->dpo, s, true);
     /* every tensor-parallel rank computes each pair: the first of them counts it */
@@ -80,7 +80,9 @@ dt_status dt_train_dpo_stats(run *r, bool say, float out[2]) {
     for (int i = 0; i < DT_DPO_NSTATS; i++) v[i] = counts ? (float)s[i] : 0;
     dt_status st = r->nranks > 1 ? dt_comm_allreduce(r->w, v, v, DT_DPO_NSTATS, DT_F32, DT_SUM) : DT_OK;
     double n = v[DT_DPO_PAIRS];
-    out[0] = n > 0 ? (float)(v[DT_DPO_ACCURATE] / n) : NAN, out[1] = n > 0 ? (float)((v[DT_DPO_CHOSEN] - v[DT_DPO_REJECTED]) / n) : NAN;
+    double fig[DT_TRAIN_DPO_NFIGS] = { v[DT_DPO_ACCURATE], v[DT_DPO_CHOSEN] - v[DT_DPO_REJECTED], v[DT_DPO_CHOSEN], v[DT_DPO_REJECTED],
+                                       v[DT_DPO_LOGPS_CHOSEN], v[DT_DPO_LOGPS_REJECTED] };
+    for (int i = 0; i < DT_TRAIN_DPO_NFIGS; i++) out[i] = n > 0 ? (float)(fig[i] / n) : NAN;
     if (!st && say && r->rank == 0 && !r->c.quiet && n > 0)
         printf("  preference pairs evaluated: %.0f, reward accuracy %.1f%%, margin %+.4f (chosen %+.4f, rejected %+.4f)\n", n,
                100.0 * v[DT_DPO_ACCURATE] / n, (v[DT_DPO_CHOSEN] - v[DT_DPO_REJECTED]) / n, v[DT_DPO_CHOSEN] / n, v[DT_DPO_REJECTED] / n);

@@ -31,6 +31,11 @@ typedef struct {
     const char *sample;
 } dt_grpo_step_stats;
 
+/* TRL's DPO figures (rewards/accuracies, rewards/margins, rewards/chosen, rewards/rejected, logps/chosen,
+ * logps/rejected): means over the pairs counted. */
+enum { DT_TRAIN_DPO_ACCURACY, DT_TRAIN_DPO_MARGIN, DT_TRAIN_DPO_CHOSEN, DT_TRAIN_DPO_REJECTED, DT_TRAIN_DPO_LOGPS_CHOSEN,
+       DT_TRAIN_DPO_LOGPS_REJECTED, DT_TRAIN_DPO_NFIGS };
+
 /* Everything a run holds; torn down in one place. */
 typedef struct {
     dt_train_config c;        /* this rank's copy (only rank 0 prints, saves, writes metrics) */
@@ -69,7 +74,7 @@ typedef struct {
     double moe_term[DT_MOE_TERMS]; /* and the balancing losses' means over its micro-batches (dt_program_moe_terms'; -1: off) */
     dt_grpo_run *grpo;        /* --grpo: the rollouts, the reward, the reference (grpo_run.c) */
     dt_grpo_step_stats grpo_step; /* the last step's (metrics, progress) */
-    float dpo_step[2], dpo_val[2]; /* the last step's and evaluation's reward accuracy and margin (metrics) */
+    float dpo_step[DT_TRAIN_DPO_NFIGS], dpo_val[DT_TRAIN_DPO_NFIGS]; /* the last step's and evaluation's (metrics) */
     dt_engine *e;
     dt_train_precond pre;     /* --optimizer kfac or shampoo: the engine's preconditioner */
     dt_train_device dev;      /* --device cuda: the model on the GPU */
@@ -110,11 +115,11 @@ void dt_train_checkpoint_stage(const run *r, dt_checkpoint_model *cm);
 void dt_train_loss_tokens(run *r, dt_loader *l, int batches);
 /* Preference pairs (dpo_setup.c): DPO's loss on the program, its reference's log-probabilities recorded by forwards
  * of the base (LoRA's adapters off) over every row each rank reads; a loader's batch queued for the loss (rows of
- * --val-data follow the training file's); the pairs' reward accuracy and mean margin since the last call, over every
- * rank (collective; NAN: none), said by rank 0 after an evaluation. */
+ * --val-data follow the training file's); the pairs' DT_TRAIN_DPO_* figures since the last call, over every rank
+ * (collective; NAN: none), said by rank 0 after an evaluation. */
 dt_status dt_train_setup_dpo(run *r);
 dt_status dt_train_dpo_queue(run *r, dt_loader *l);
-dt_status dt_train_dpo_stats(run *r, bool say, float out[2]);
+dt_status dt_train_dpo_stats(run *r, bool say, float out[DT_TRAIN_DPO_NFIGS]);
 /* GRPO (grpo_run.c): its prompts, reward, loss and reference set up (instead of --data); before each step the rollout
  * (every iterations steps; collective) and the forwards sent back to its first row; each micro-batch's rows into
  * r->in, r->tg; after the step its figures over every rank (collective). */

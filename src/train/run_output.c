@@ -22,6 +22,20 @@ static void json_num(FILE *f, const char *key, const char *fmt, double v) {
     else fputs("null", f);
 }
 
+/* The DPO figures (DT_TRAIN_DPO_*) by the metrics' names and TensorBoard's (TRL's, "/" as "_"). */
+static const char *const dpo_json[DT_TRAIN_DPO_NFIGS] = { "reward_accuracy", "reward_margin", "reward_chosen", "reward_rejected",
+                                                          "logps_chosen", "logps_rejected" };
+static const char *const dpo_tb[DT_TRAIN_DPO_NFIGS] = { "rewards_accuracies", "rewards_margins", "rewards_chosen", "rewards_rejected",
+                                                        "logps_chosen", "logps_rejected" };
+
+static void dpo_figures(FILE *f, const char *prefix, const float *v) {
+    for (int i = 0; i < DT_TRAIN_DPO_NFIGS; i++) {
+        char key[48];
+        snprintf(key, sizeof key, "%s%s", prefix, dpo_json[i]);
+        json_num(f, key, i == DT_TRAIN_DPO_ACCURACY ? "%.4f" : "%.6f", v[i]);
+    }
+}
+
 void dt_train_write_tensorboard(run *r, int step, float lr, const dt_step_result *s, double ms, double tps, bool eval, float val) {
     dt_tb_writer *w = r->tb;
     if (isfinite(s->loss)) dt_tb_scalar(w, "train/loss", s->loss);
@@ -46,8 +60,13 @@ void dt_train_write_tensorboard(run *r, int step, float lr, const dt_step_result
         dt_tb_scalar(w, "moe/val_load_max_mean", r->moe_val_worst), dt_tb_scalar(w, "moe/val_load_max_mean_avg", r->moe_val_mean);
     /* DPO's (TRL's names: rewards/accuracies, rewards/margins) */
     if (r->grpo) dt_tb_scalar(w, "train/reward", r->grpo_step.reward), dt_tb_scalar(w, "train/kl", r->grpo_step.kl);
-    if (r->dpo && isfinite(r->dpo_step[0])) dt_tb_scalar(w, "train/rewards_accuracies", r->dpo_step[0]), dt_tb_scalar(w, "train/rewards_margins", r->dpo_step[1]);
-    if (r->dpo && eval && isfinite(r->dpo_val[0])) dt_tb_scalar(w, "val/rewards_accuracies", r->dpo_val[0]), dt_tb_scalar(w, "val/rewards_margins", r->dpo_val[1]);
+    for (int i = 0; r->dpo && i < DT_TRAIN_DPO_NFIGS; i++) { /* (TRL's names, "/" as "_") */
+        char tag[48];
+        snprintf(tag, sizeof tag, "train/%s", dpo_tb[i]);
+        if (isfinite(r->dpo_step[i])) dt_tb_scalar(w, tag, r->dpo_step[i]);
+        snprintf(tag, sizeof tag, "val/%s", dpo_tb[i]);
+        if (eval && isfinite(r->dpo_val[i])) dt_tb_scalar(w, tag, r->dpo_val[i]);
+    }
     if (dt_tb_step(w, step + 1)) {
         dt_log(DT_LOG_WARN, "%s; TensorBoard's events stop here", dt_last_error());
         dt_tb_destroy(r->tb);
@@ -59,7 +78,7 @@ void dt_train_write_eval_metrics(run *r, float val) {
     const dt_train_config *c = &r->c;
     fprintf(r->metrics, "{\"val_loss\":");
     fprintf(r->metrics, isfinite(val) ? "%.9g" : "null", val);
-    if (r->dpo) json_num(r->metrics, "val_reward_accuracy", "%.4f", r->dpo_val[0]), json_num(r->metrics, "val_reward_margin", "%.6f", r->dpo_val[1]);
+    if (r->dpo) dpo_figures(r->metrics, "val_", r->dpo_val);
     val_load_json(r->metrics, r);
     if (r->model_step >= 0) fprintf(r->metrics, ",\"step\":%d", r->model_step);
     fprintf(r->metrics, ",\"tokens\":%lld,\"batches\":%d}\n", (long long)c->eval_batches * c->batch * c->seq * r->dp_size, c->eval_batches);
@@ -100,7 +119,7 @@ void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s,
     if (s->grad_bytes > 0) fprintf(f, ",\"grad_sent_bytes\":%.0f,\"compress_ratio\":%.4f", s->grad_bytes, s->compress_ratio);
     if (s->grad_recv_bytes > 0) fprintf(f, ",\"grad_recv_bytes\":%.0f", s->grad_recv_bytes);
     if (eval) json_num(f, "val_loss", "%.6f", val);
-    if (r->dpo) json_num(f, "reward_accuracy", "%.4f", r->dpo_step[0]), json_num(f, "reward_margin", "%.6f", r->dpo_step[1]);
+    if (r->dpo) dpo_figures(f, "", r->dpo_step);
     if (r->grpo) { /* TRL's GRPO figures: reward, reward_std, kl, entropy, completions/mean_length, clip_ratio, frac_reward_zero_std */
         const dt_grpo_step_stats *g = &r->grpo_step;
         json_num(f, "reward", "%.6f", g->reward), json_num(f, "reward_std", "%.6f", g->reward_std), json_num(f, "kl", "%.6g", g->kl);
@@ -125,7 +144,7 @@ void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s,
     if (r->ep)
         fprintf(f, ",\"expert_exchange_bytes\":%.0f,\"expert_rank_load_max_mean\":%.4f,\"expert_rank_rows_max_mean\":%.4f", r->moe_ep_bytes,
                 r->moe_rank_load, r->moe_rank_rows);
-    if (r->dpo && eval) json_num(f, "val_reward_accuracy", "%.4f", r->dpo_val[0]), json_num(f, "val_reward_margin", "%.6f", r->dpo_val[1]);
+    if (r->dpo && eval) dpo_figures(f, "val_", r->dpo_val);
     if (s->skipped) fprintf(f, ",\"skipped\":true");
     if (dt_engine_loss_scale(r->e)) fprintf(f, ",\"loss_scale\":%.17g", s->loss_scale);
     fprintf(f, "}\n");
