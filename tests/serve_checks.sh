@@ -272,6 +272,7 @@ presence_penalty above 2|400|{"prompt": "The", "presence_penalty": 2.5}
 logit_bias of a token beyond the vocabulary|400|{"prompt": "The", "logit_bias": {"300": 1}}
 logit_bias naming no token id|400|{"prompt": "The", "logit_bias": {"x": 1}}
 logit_bias above 100|400|{"prompt": "The", "logit_bias": {"5": 101}}
+logit_bias naming a token twice|400|{"prompt": "The", "logit_bias": {"5": 1, "05": 2}}
 response_format json_object (no guided decoding)|400|{"prompt": "The", "response_format": {"type": "json_object"}}
 stream_options without a stream|400|{"prompt": "The", "stream_options": {"include_usage": true}}
 a token id beyond the vocabulary|400|{"prompt": [1, 2, 300]}

@@ -163,6 +163,21 @@ static dt_status read_response_format(const cJSON *o, const char **param) {
                " (no decoding guided by a JSON schema)");
 }
 
+/* One logit_bias entry: its token id (below the vocabulary's size, not named before: seen) and its bias into out. */
+static dt_status bias_entry(const cJSON *e, int vocab, uint64_t *seen, dt_logit_bias *out) {
+    char *end;
+    long id = strtol(e->string, &end, 10);
+    if (!*e->string || *end || id < 0 || id >= vocab)
+        return dt_error(DT_ERR_ARG, "'logit_bias' names \"%.40s\": expected a token id from 0 to %d", e->string, vocab - 1);
+    if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100))
+        return dt_error(DT_ERR_ARG, "'logit_bias' of token %ld: expected a number from -100 to 100", id);
+    if (seen[id >> 6] >> (id & 63) & 1) /* (JSON's duplicate keys: which bias would be meant?) */
+        return dt_error(DT_ERR_ARG, "'logit_bias' names token %ld twice", id);
+    dt_token_set_add(seen, (int32_t)id);
+    *out = (dt_logit_bias){ (int32_t)id, (float)e->valuedouble };
+    return DT_OK;
+}
+
 /* logit_bias: {"token id": bias from -100 to 100} (OpenAI's), each id below the vocabulary's size. */
 static dt_status read_bias(const cJSON *o, const serve_vocab *v, serve_params *p, const char **param) {
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "logit_bias"), *e;
@@ -171,21 +186,13 @@ static dt_status read_bias(const cJSON *o, const serve_vocab *v, serve_params *p
     int n = cJSON_GetArraySize(f);
     if (n > v->vocab) return bad(param, "logit_bias", "'%s' has more entries than the vocabulary has tokens%s", "");
     if (!n) return DT_OK;
-    if (!(p->bias = malloc(sizeof *p->bias * (size_t)n))) return dt_error(DT_ERR_NOMEM, "out of memory");
-    cJSON_ArrayForEach(e, f) {
-        char *end;
-        long id = strtol(e->string, &end, 10);
-        if (!*e->string || *end || id < 0 || id >= v->vocab) {
-            *param = "logit_bias";
-            return dt_error(DT_ERR_ARG, "'logit_bias' names \"%.40s\": expected a token id from 0 to %d", e->string, v->vocab - 1);
-        }
-        if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100)) {
-            *param = "logit_bias";
-            return dt_error(DT_ERR_ARG, "'logit_bias' of token %ld: expected a number from -100 to 100", id);
-        }
-        p->bias[p->nbias++] = (dt_logit_bias){ (int32_t)id, (float)e->valuedouble };
-    }
-    return DT_OK;
+    uint64_t *seen = calloc(dt_token_set_words(v->vocab), sizeof *seen);
+    dt_status st = seen && (p->bias = malloc(sizeof *p->bias * (size_t)n)) ? DT_OK : dt_error(DT_ERR_NOMEM, "out of memory");
+    for (e = f->child; !st && e; e = e->next)
+        if (!(st = bias_entry(e, v->vocab, seen, &p->bias[p->nbias]))) p->nbias++;
+    if (st == DT_ERR_ARG) *param = "logit_bias";
+    free(seen);
+    return st;
 }
 
 /* Log-probabilities: a completion's "logprobs": N (each token's, with its N most likely alternatives; null: none); a
