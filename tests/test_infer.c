@@ -429,7 +429,7 @@ static int32_t prompts[NREQ][24];
 static const int plen[NREQ] = { 3, 17, 1, 9, 24, 5, 12, 2 };
 
 static dt_infer_request request(int i, record *rc) {
-    dt_sampling s = { i % 2 ? 0.9f : 0.0f, i % 3 ? 0 : 20, i == 5 ? 0.8f : 1.0f, 0, 0, 0, 0, NULL, 0 };
+    dt_sampling s = { .temperature = i % 2 ? 0.9f : 0.0f, .top_k = i % 3 ? 0 : 20, .top_p = i == 5 ? 0.8f : 1.0f };
     return (dt_infer_request){ prompts[i], plen[i], 12, s, 100 + (uint64_t)i, on_token, on_end, rc, NULL };
 }
 
@@ -501,14 +501,14 @@ static void refusals(dt_gpt2 *m) {
     EXPECT(!dt_batcher_create(d, 8, &b), "batcher: %s", dt_last_error());
     int32_t p[41] = { 0 };
     record rc;
-    dt_infer_request r = { p, 41, 5, { 0, 0, 1, 0, 0, 0, 0, NULL, 0 }, 1, on_token, on_end, &rc, NULL };
+    dt_infer_request r = { p, 41, 5, { .top_p = 1 }, 1, on_token, on_end, &rc, NULL };
     EXPECT(dt_batcher_add(b, &r) == DT_ERR_ARG && strstr(dt_last_error(), "41 tokens"), "prompt too long: '%s'", dt_last_error());
     r.nprompt = 3;
     r.sampling.temperature = -1;
     EXPECT(dt_batcher_add(b, &r) == DT_ERR_ARG && strstr(dt_last_error(), "temperature"), "negative temperature: '%s'", dt_last_error());
-    r.sampling = (dt_sampling){ 1, 0, 0, 0, 0, 0, 0, NULL, 0 };
+    r.sampling = (dt_sampling){ .temperature = 1 };
     EXPECT(dt_batcher_add(b, &r) == DT_ERR_ARG && strstr(dt_last_error(), "top_p"), "top_p 0: '%s'", dt_last_error());
-    r.sampling = (dt_sampling){ 1, 0, 1, 0, 0, 0, 0, NULL, 0 };
+    r.sampling = (dt_sampling){ .temperature = 1, .top_p = 1 };
     p[1] = 99;
     EXPECT(dt_batcher_add(b, &r) == DT_ERR_ARG && strstr(dt_last_error(), "token 1 is 99"), "bad token: '%s'", dt_last_error());
     p[1] = 1;

@@ -37,9 +37,10 @@ static dt_status one_case(dt_safetensors *f, int k, const float *logits, const c
     const cJSON *b;
     cJSON_ArrayForEach(b, cJSON_GetObjectItemCaseSensitive(c, "logit_bias"))
         if (nbias < V) bias[nbias++] = (dt_logit_bias){ atoi(b->string), (float)b->valuedouble };
-    dt_sampling s = { (float)fixture_number(c, "temperature"), (int)fixture_number(c, "top_k"), (float)fixture_number(c, "top_p"),
-                      (float)fixture_number(c, "min_p"), isnan(pen) ? 0 : (float)pen, isnan(pres) ? 0 : (float)pres,
-                      isnan(freq) ? 0 : (float)freq, bias, nbias };
+    dt_sampling s = { .temperature = (float)fixture_number(c, "temperature"), .top_k = (int)fixture_number(c, "top_k"),
+                      .top_p = (float)fixture_number(c, "top_p"), .min_p = (float)fixture_number(c, "min_p"),
+                      .repetition_penalty = isnan(pen) ? 0 : (float)pen, .presence_penalty = isnan(pres) ? 0 : (float)pres,
+                      .frequency_penalty = isnan(freq) ? 0 : (float)freq, .logit_bias = bias, .nlogit_bias = nbias };
     float row[V];
     memcpy(row, logits + (int)fixture_number(c, "row") * V, sizeof row);
     bool pen_ok = penalized(f, k, c, &s, row);
@@ -98,8 +99,9 @@ int main(int argc, char **argv) {
     snprintf(detail, sizeof detail, "%d of %d", draws, k);
     if (!st) check(what, k >= 14 && draws == k, detail);
     dt_logit_bias inf = { 3, INFINITY };
-    dt_sampling bad = { 1, 0, 1, 1.5f, 0, 0, 0, NULL, 0 }, neg = { 1, 0, 1, 0, -1, 0, 0, NULL, 0 }, nanp = { 1, 0, 1, 0, 0, NAN, 0, NULL, 0 },
-                infb = { 1, 0, 1, 0, 0, 0, 0, &inf, 1 };
+    dt_sampling bad = { .temperature = 1, .top_p = 1, .min_p = 1.5f }, neg = { .temperature = 1, .top_p = 1, .repetition_penalty = -1 },
+                nanp = { .temperature = 1, .top_p = 1, .presence_penalty = NAN },
+                infb = { .temperature = 1, .top_p = 1, .logit_bias = &inf, .nlogit_bias = 1 };
     bool refused = dt_sampling_check(&bad) && strstr(dt_last_error(), "min_p");
     check("refused: min_p above 1", refused, dt_last_error());
     refused = dt_sampling_check(&neg) && strstr(dt_last_error(), "repetition_penalty");

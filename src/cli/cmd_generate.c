@@ -176,7 +176,7 @@ static dt_status gen_run(const gen_cli *x, dt_comm *w, bool tp, bool printer) {
     if (!st && x->cuda) st = dt_gpu_api_probe(x->cuda - 1); /* before the prompt is printed */
     if (!st) {
         if (printer) printf("%s", x->prompt);
-        dt_generate_options o = { x->count, { x->temp, x->topk, x->topp, x->minp, x->rep, 0, 0, NULL, 0 }, x->seed, x->cache, x->quant, x->cuda, &ends };
+        dt_generate_options o = { x->count, { .temperature = x->temp, .top_k = x->topk, .top_p = x->topp, .min_p = x->minp, .repetition_penalty = x->rep }, x->seed, x->cache, x->quant, x->cuda, &ends };
         dt_emit_fn emit = !printer ? emit_none : x->ids ? emit_number : b || V != 256 ? emit_id : emit_byte;
         st = dt_generate(&m, tp ? NULL : w, p, n, &o, emit, b); /* m is NULL after, with the cache */
         if (printer) printf("\n");

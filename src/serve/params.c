@@ -310,7 +310,9 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
                         "(%.0f in all): shorten the prompt or lower %s", context, p->nprompt, max_name, mt, p->nprompt + mt, max_name);
     }
     p->max_tokens = (int)mt;
-    p->sampling = (dt_sampling){ (float)temp, (int)topk, (float)topp, (float)minp, (float)rep, (float)pres, (float)freq, p->bias, p->nbias };
+    p->sampling = (dt_sampling){ .temperature = (float)temp, .top_k = (int)topk, .top_p = (float)topp, .min_p = (float)minp,
+                                 .repetition_penalty = (float)rep, .presence_penalty = (float)pres, .frequency_penalty = (float)freq,
+                                 .logit_bias = p->bias, .nlogit_bias = p->nbias };
     p->seed = (uint64_t)seed;
     p->n = (int)n;
     return DT_OK;
