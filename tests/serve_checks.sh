@@ -258,8 +258,8 @@ repetition_penalty 0|400|{"prompt": "The", "repetition_penalty": 0}
 n 0|400|{"prompt": "The", "n": 0}
 n 129 (above OpenAI's 128)|400|{"prompt": "The", "n": 129}
 best_of 2 (not supported)|400|{"prompt": "The", "best_of": 2}
-vLLM's min_tokens (not supported)|400|{"prompt": "The", "min_tokens": 3}
-vLLM's stop_token_ids (not supported)|400|{"prompt": "The", "stop_token_ids": [5]}
+vLLM's min_tokens above max_tokens|400|{"prompt": "The", "max_tokens": 2, "min_tokens": 3}
+vLLM's stop_token_ids beyond the vocabulary|400|{"prompt": "The", "stop_token_ids": [5, 256]}
 vLLM's guided_json (not supported)|400|{"prompt": "The", "guided_json": {"type": "object"}}
 vLLM's include_stop_str_in_output (not supported)|400|{"prompt": "The", "include_stop_str_in_output": true}
 ignore_eos not a boolean|400|{"prompt": "The", "ignore_eos": 1}

@@ -4,7 +4,8 @@ hf FIXTURE PORT: a server on the fixture's Hugging Face folder scores each row o
   max_tokens 0, logprobs 5); every token's log-probability against log_softmax of transformers' logits, and the five
   alternatives against transformers' five most likely; lm-evaluation-harness's loglikelihood request (max_tokens 1,
   logprobs 1, echo) answers an entry a prompt token and one for the token drawn; ignore_eos draws past the folder's
-  end of text. Prints [worst relative error, rows'
+  end of text, min_tokens draws the second alternative where the end was first, stop_token_ids cuts after its token.
+  Prints [worst relative error, rows'
   tokens whose top 5 agree, tokens].
 same PORT PROMPT: on a byte-level model: a greedy completion's logprobs against the server's scores of the prompt
   and completion read as one prompt (the decoder's steps against its prefill); each drawn token its own first
@@ -79,6 +80,18 @@ def hf(fixture, port):
     assert plain["finish_reason"] == "stop" and plain["logprobs"]["tokens"] == ["\x02"], plain
     assert c["finish_reason"] == "length" and on["usage"]["completion_tokens"] == 6 and c["logprobs"]["tokens"][0] == "\x02" \
         and "\x02" not in c["text"] and len(c["text"]) == 6 - c["logprobs"]["tokens"].count("\x02"), on
+    # vLLM's min_tokens: the end cannot be drawn before 3 tokens: the first is the plain answer's second alternative
+    top2 = post(port, {"prompt": [5, 6, 7, 8], "max_tokens": 6, "temperature": 0, "logprobs": 2})["choices"][0]
+    alts = sorted(top2["logprobs"]["top_logprobs"][0].items(), key=lambda kv: -kv[1])
+    m = post(port, {"prompt": [5, 6, 7, 8], "max_tokens": 6, "temperature": 0, "logprobs": 0, "min_tokens": 3})["choices"][0]
+    assert alts[0][0] == "\x02" and m["logprobs"]["tokens"][0] == alts[1][0] and "\x02" not in m["logprobs"]["tokens"][:3], (alts, m)
+    # vLLM's stop_token_ids: the ignore_eos answer cut at its first token after the end, that token's text kept
+    i = next(k for k, t in enumerate(c["logprobs"]["tokens"]) if k > 0 and t != "\x02")
+    t = c["logprobs"]["tokens"][i]
+    cut = post(port, {"prompt": [5, 6, 7, 8], "max_tokens": 6, "temperature": 0, "logprobs": 0, "ignore_eos": True,
+                      "stop_token_ids": [ord(t)]})["choices"][0]
+    assert cut["logprobs"]["tokens"] == c["logprobs"]["tokens"][:i + 1] and cut["text"].endswith(t) and \
+        cut["finish_reason"] == "stop", (cut, c)
     print(json.dumps([worst, tops, rows * (T - 1)]))
 
 

@@ -99,6 +99,9 @@ dt_status dt_batcher_add(dt_batcher *b, const dt_infer_request *r) {
     for (int i = 0; i < r->sampling.nlogit_bias; i++)
         if (r->sampling.logit_bias[i].token < 0 || r->sampling.logit_bias[i].token >= c->vocab_size)
             return dt_error(DT_ERR_ARG, "logit_bias names token %d, outside the vocabulary of %d", (int)r->sampling.logit_bias[i].token, c->vocab_size);
+    for (int i = 0; i < r->sampling.nsuppress; i++)
+        if (r->sampling.suppress[i] < 0 || r->sampling.suppress[i] >= c->vocab_size)
+            return dt_error(DT_ERR_ARG, "min_tokens suppresses token %d, outside the vocabulary of %d", (int)r->sampling.suppress[i], c->vocab_size);
     int k = 0;
     while (k < b->nslots && b->slots[k].busy) k++;
     if (k == b->nslots) return dt_error(DT_ERR_UNSUPPORTED, "all %d slots are busy", b->nslots);
@@ -161,10 +164,10 @@ static void end(dt_batcher *b, slot *s, dt_finish why) {
  * model's). */
 static const float *penalized(dt_batcher *b, const slot *s, const float *l) {
     const dt_sampling *o = &s->r.sampling;
-    if (!s->seen && !s->counts && !o->nlogit_bias) return l;
+    if (!s->seen && !s->counts && !o->nlogit_bias && s->generated >= o->min_tokens) return l;
     int V = dt_decoder_config(b->d)->vocab_size;
     memcpy(b->drawn, l, sizeof(float) * (size_t)V);
-    dt_sample_bias(b->drawn, V, o);
+    dt_sample_bias(b->drawn, V, o, s->generated);
     dt_sample_penalize(b->drawn, V, o->repetition_penalty, s->seen);
     dt_sample_penalize_counts(b->drawn, V, o->presence_penalty, o->frequency_penalty, s->counts);
     return b->drawn;

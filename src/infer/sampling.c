@@ -25,9 +25,11 @@ void dt_sample_penalize(float *l, int V, float p, const uint64_t *seen) {
         if (seen[v >> 6] >> (v & 63) & 1) l[v] = l[v] > 0 ? l[v] / p : l[v] * p;
 }
 
-void dt_sample_bias(float *l, int V, const dt_sampling *s) {
+void dt_sample_bias(float *l, int V, const dt_sampling *s, int drawn) {
     for (int i = 0; i < s->nlogit_bias; i++)
         if (s->logit_bias[i].token >= 0 && s->logit_bias[i].token < V) l[s->logit_bias[i].token] += s->logit_bias[i].bias;
+    for (int i = 0; drawn < s->min_tokens && i < s->nsuppress; i++)
+        if (s->suppress[i] >= 0 && s->suppress[i] < V) l[s->suppress[i]] = -INFINITY;
 }
 
 void dt_sample_penalize_counts(float *l, int V, float presence, float frequency, const int32_t *counts) {
@@ -50,6 +52,8 @@ dt_status dt_sampling_check(const dt_sampling *s) {
     if (!isfinite(s->presence_penalty)) return dt_error(DT_ERR_ARG, "presence_penalty %g: expected a finite number", s->presence_penalty);
     if (!isfinite(s->frequency_penalty)) return dt_error(DT_ERR_ARG, "frequency_penalty %g: expected a finite number", s->frequency_penalty);
     if (s->nlogit_bias < 0 || (s->nlogit_bias && !s->logit_bias)) return dt_error(DT_ERR_ARG, "logit_bias: %d entries", s->nlogit_bias);
+    if (s->min_tokens < 0 || s->nsuppress < 0 || (s->nsuppress && !s->suppress))
+        return dt_error(DT_ERR_ARG, "min_tokens %d (%d tokens suppressed): expected >= 0", s->min_tokens, s->nsuppress);
     for (int i = 0; i < s->nlogit_bias; i++)
         if (!isfinite(s->logit_bias[i].bias))
             return dt_error(DT_ERR_ARG, "logit_bias of token %d: %g, expected a finite number", (int)s->logit_bias[i].token, s->logit_bias[i].bias);

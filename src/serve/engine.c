@@ -131,6 +131,12 @@ static void logprob_of(const serve_job *j, const float *logits, int32_t token, s
     out->logprob = dt_logprob_top(logits, j->engine->v->vocab, token, j->p.top, out->top, out->top_lp);
 }
 
+static bool stop_id(const serve_job *j, int32_t token) {
+    for (int i = 0; i < j->p.nstop_ids; i++)
+        if (j->p.stop_ids[i] == token) return true;
+    return false;
+}
+
 static int on_token(void *ctx, int32_t token, const float *logits) {
     serve_job *j = ctx;
     serve_engine *e = j->engine;
@@ -153,8 +159,8 @@ static int on_token(void *ctx, int32_t token, const float *logits) {
     } else if (serve_vocab_append(e->v, token, &j->text, &j->len, &j->cap)) {
         stop = j->failed = true;
         snprintf(j->message, sizeof j->message, "%s", dt_last_error());
-    } else if (find_stop(j, before, j->base)) {
-        stop = true;
+    } else if (find_stop(j, before, j->base) || stop_id(j, token)) {
+        stop = true; /* (a stop sequence cut off; a stop_token_ids token kept, as vLLM's) */
     }
     pthread_mutex_unlock(&j->lock->mu);
     pthread_cond_broadcast(&j->lock->cv);

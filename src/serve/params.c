@@ -10,14 +10,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void *copy_of(const void *a, size_t n) {
+    void *b = malloc(n ? n : 1);
+    if (b && n) memcpy(b, a, n);
+    return b;
+}
+
 dt_status serve_params_copy(const serve_params *a, serve_params *out) {
     *out = *a;
-    out->prompt = NULL, out->bias = NULL, out->nstop = 0;
-    bool ok = (out->prompt = malloc(sizeof(int32_t) * (size_t)(a->nprompt ? a->nprompt : 1))) != NULL;
-    if (ok) memcpy(out->prompt, a->prompt, sizeof(int32_t) * (size_t)a->nprompt);
-    if (ok && a->nbias) ok = (out->bias = malloc(sizeof *out->bias * (size_t)a->nbias)) != NULL;
-    if (ok && a->nbias) memcpy(out->bias, a->bias, sizeof *out->bias * (size_t)a->nbias);
-    out->sampling.logit_bias = out->bias;
+    out->prompt = NULL, out->bias = NULL, out->stop_ids = NULL, out->suppress = NULL, out->nstop = 0;
+    bool ok = (out->prompt = copy_of(a->prompt, sizeof(int32_t) * (size_t)a->nprompt)) != NULL;
+    if (ok && a->nbias) ok = (out->bias = copy_of(a->bias, sizeof *a->bias * (size_t)a->nbias)) != NULL;
+    if (ok && a->nstop_ids) ok = (out->stop_ids = copy_of(a->stop_ids, sizeof(int32_t) * (size_t)a->nstop_ids)) != NULL;
+    if (ok && a->sampling.nsuppress) ok = (out->suppress = copy_of(a->suppress, sizeof(int32_t) * (size_t)a->sampling.nsuppress)) != NULL;
+    out->sampling.logit_bias = out->bias, out->sampling.suppress = out->suppress;
     for (int i = 0; ok && i < a->nstop; i++) ok = (out->stop[out->nstop++] = strdup(a->stop[i])) != NULL;
     if (ok) return DT_OK;
     serve_params_free(out);
@@ -27,6 +33,8 @@ dt_status serve_params_copy(const serve_params *a, serve_params *out) {
 void serve_params_free(serve_params *p) {
     free(p->prompt);
     free(p->bias);
+    free(p->stop_ids);
+    free(p->suppress);
     for (int i = 0; i < p->nstop; i++) free(p->stop[i]);
     memset(p, 0, sizeof *p);
 }
@@ -106,13 +114,13 @@ static dt_status read_flag(const cJSON *o, const char *name, bool *out, const ch
  * refused unless at their neutral value (a number's; false; an empty list or object). */
 static dt_status refuse_unsupported(const cJSON *o, const char **param) {
     static const struct { const char *name; double neutral; } nums[] = {
-        { "best_of", 1 }, { "min_tokens", 0 }, { "length_penalty", 1 }, { "truncate_prompt_tokens", 0 } };
+        { "best_of", 1 }, { "length_penalty", 1 }, { "truncate_prompt_tokens", 0 } };
     static const char *flags[] = { "include_stop_str_in_output", "use_beam_search", "continue_final_message" };
     for (size_t i = 0; i < sizeof flags / sizeof *flags; i++) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, flags[i]);
         if (f && !cJSON_IsNull(f) && !cJSON_IsFalse(f)) return bad(param, flags[i], "'%s' is not supported by this server%s", " (only false)");
     }
-    static const char *lists[] = { "stop_token_ids", "bad_words", "allowed_token_ids", "guided_json", "guided_regex", "guided_choice",
+    static const char *lists[] = { "bad_words", "allowed_token_ids", "guided_json", "guided_regex", "guided_choice",
                                    "guided_grammar", "structured_outputs", "prompt_logprobs", "documents" };
     for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, lists[i]);
@@ -193,6 +201,30 @@ static dt_status read_bias(const cJSON *o, const serve_vocab *v, serve_params *p
     if (st == DT_ERR_ARG) *param = "logit_bias";
     free(seen);
     return st;
+}
+
+/* vLLM's stop_token_ids (up to 64 ids below the vocabulary's size: each ends the completion, its text kept) and
+ * min_tokens (0 to max_tokens: before that many are drawn, neither the ends nor those ids can be). */
+static dt_status read_stop_ids(const cJSON *o, const serve_vocab *v, int max_tokens, serve_params *p, const char **param) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "stop_token_ids"), *e;
+    double mt;
+    int n = f && !cJSON_IsNull(f) && cJSON_IsArray(f) ? cJSON_GetArraySize(f) : 0;
+    if (f && !cJSON_IsNull(f) && (!cJSON_IsArray(f) || n > 64))
+        return bad(param, "stop_token_ids", "'%s' must be an array of at most 64 token ids%s", "");
+    if (n && !(p->stop_ids = malloc(sizeof(int32_t) * (size_t)n))) return dt_error(DT_ERR_NOMEM, "out of memory");
+    for (e = n ? f->child : NULL; e; e = e->next) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 || e->valuedouble >= v->vocab)
+            return bad(param, "stop_token_ids", "'%s' holds something other than token ids below the vocabulary's size%s", "");
+        p->stop_ids[p->nstop_ids++] = (int32_t)e->valuedouble;
+    }
+    dt_status st = number(o, "min_tokens", 0, max_tokens, true, 0, &mt, param);
+    if (st || mt == 0) return st;
+    if (!(p->suppress = malloc(sizeof(int32_t) * (size_t)(v->ends.n + p->nstop_ids + 1)))) return dt_error(DT_ERR_NOMEM, "out of memory");
+    int k = 0;
+    for (int i = 0; i < v->ends.n; i++) p->suppress[k++] = v->ends.ids[i];
+    for (int i = 0; i < p->nstop_ids; i++) p->suppress[k++] = p->stop_ids[i];
+    p->sampling.min_tokens = (int)mt, p->sampling.nsuppress = k;
+    return DT_OK;
 }
 
 /* Log-probabilities: a completion's "logprobs": N (each token's, with its N most likely alternatives; null: none); a
@@ -310,9 +342,11 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
                         "(%.0f in all): shorten the prompt or lower %s", context, p->nprompt, max_name, mt, p->nprompt + mt, max_name);
     }
     p->max_tokens = (int)mt;
+    if ((st = read_stop_ids(o, v, p->max_tokens, p, param))) return st; /* (its min_tokens and suppressed tokens kept below) */
     p->sampling = (dt_sampling){ .temperature = (float)temp, .top_k = (int)topk, .top_p = (float)topp, .min_p = (float)minp,
                                  .repetition_penalty = (float)rep, .presence_penalty = (float)pres, .frequency_penalty = (float)freq,
-                                 .logit_bias = p->bias, .nlogit_bias = p->nbias };
+                                 .logit_bias = p->bias, .nlogit_bias = p->nbias, .min_tokens = p->sampling.min_tokens,
+                                 .suppress = p->suppress, .nsuppress = p->sampling.nsuppress };
     p->seed = (uint64_t)seed;
     p->n = (int)n;
     return DT_OK;

@@ -32,9 +32,12 @@ dt_status serve_vocab_append(const serve_vocab *v, int32_t id, char **buf, size_
 typedef struct {
     int32_t *prompt;
     int nprompt, max_tokens;
-    dt_sampling sampling; /* its logit_bias: bias */
+    dt_sampling sampling; /* its logit_bias: bias; its suppressed tokens (min_tokens): suppress */
     dt_logit_bias *bias;
     int nbias;
+    int32_t *stop_ids;   /* vLLM's stop_token_ids: tokens that end the completion, their text kept (as vLLM's) */
+    int nstop_ids;
+    int32_t *suppress;   /* min_tokens' tokens: the ends and stop_ids */
     uint64_t seed;
     char *stop[SERVE_MAX_STOP];
     int nstop;

@@ -18,6 +18,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
             if (p.n < 1 || p.n > 128 || p.top < 0 || p.top > SERVE_MAX_TOP || p.nbias < 0 || p.nbias > v.vocab) abort();
             for (int i = 0; i < p.nbias; i++)
                 if (p.bias[i].token < 0 || p.bias[i].token >= v.vocab || p.sampling.logit_bias != p.bias) abort();
+            if (p.nstop_ids > 64 || p.sampling.min_tokens > p.max_tokens || p.sampling.suppress != p.suppress) abort();
+            for (int i = 0; i < p.nstop_ids; i++)
+                if (p.stop_ids[i] < 0 || p.stop_ids[i] >= v.vocab) abort();
             if (dt_utf8_find_invalid((const char *)data, n) != n) abort();
             serve_params_free(&p);
         }
