@@ -21,7 +21,7 @@ static bool penalized(dt_safetensors *f, int k, const cJSON *c, const dt_samplin
     if (s->repetition_penalty == 0 && s->presence_penalty == 0 && s->frequency_penalty == 0 && !s->nlogit_bias) return true;
     cJSON_ArrayForEach(id, cJSON_GetObjectItemCaseSensitive(c, "ids")) dt_token_set_add(seen, id->valueint);
     cJSON_ArrayForEach(id, cJSON_GetObjectItemCaseSensitive(c, "drawn")) counts[id->valueint]++;
-    dt_sample_bias(row, V, s, 0);
+    dt_sample_bias(row, V, s);
     dt_sample_penalize(row, V, s->repetition_penalty, seen);
     dt_sample_penalize_counts(row, V, s->presence_penalty, s->frequency_penalty, counts);
     snprintf(key, sizeof key, "penalized.%d", k);

@@ -67,10 +67,10 @@ dt_status dt_bpe_prompt(dt_bpe *b, const char *text, size_t len, bool bos, int32
 /* The text <-> tokens of a model of vocab tokens (who: "generate", "serve", for the messages): with encoder_json,
  * GPT-2's BPE pair (with vocab_bpe) or a tokenizer.json (vocab_bpe NULL), refused if it has more tokens than the
  * model; without it, model's own tokenizer.json where model is a folder that has one, else bytes (*out NULL),
- * refused below 256 tokens, and said (where say) when the model has more than 256, whose tokens from 256 up print as
- * <id>. */
-dt_status dt_bpe_for_model(const char *encoder_json, const char *vocab_bpe, int vocab, const char *model, const char *who, bool say,
-                           dt_bpe **out);
+ * refused below min_bytes tokens (256; a caller that refuses each text's bytes beyond the vocabulary may take fewer),
+ * and said (where say) when the model has other than 256, whose tokens from 256 up print as <id>. */
+dt_status dt_bpe_for_model(const char *encoder_json, const char *vocab_bpe, int vocab, int min_bytes, const char *model,
+                           const char *who, bool say, dt_bpe **out);
 
 /* Supervised fine-tuning data (data/sft.c; tok NULL: a byte-level model's bytes, prompts and completions only): a JSONL file of chats ({"messages": [{"role", "content"}, ...]}) or
  * prompts and completions ({"prompt", "completion"}: texts, or lists of messages), one example a row of T inputs and T targets, the targets not

@@ -127,9 +127,10 @@ typedef struct {
 /* Checks the ranges (temperature >= 0 and finite, top_k >= 0, 0 < top_p <= 1, 0 <= min_p <= 1, repetition_penalty 0
  * or above 0 and finite, the presence and frequency penalties and biases finite, min_tokens >= 0), naming the bad one. */
 dt_status dt_sampling_check(const dt_sampling *s);
-/* logits[V] with s's logit_bias added (tokens outside [0, V) skipped: dt_batcher_add refuses them), and with fewer than
- * s->min_tokens drawn its suppressed tokens at -inf. */
-void dt_sample_bias(float *logits, int V, const dt_sampling *s, int drawn);
+/* logits[V] with s's logit_bias added (tokens outside [0, V) skipped: dt_batcher_add refuses them). */
+void dt_sample_bias(float *logits, int V, const dt_sampling *s);
+/* With fewer than s->min_tokens drawn, s's suppressed tokens at -inf in logits[V]. */
+void dt_sample_suppress(float *logits, int V, const dt_sampling *s, int drawn);
 /* logits[V] less frequency times counts[v] and presence where counts[v] > 0 (OpenAI's and vLLM's, in vLLM's order). */
 void dt_sample_penalize_counts(float *logits, int V, float presence, float frequency, const int32_t *counts);
 /* The next token from logits[V]; rng advanced (only when drawing); scratch

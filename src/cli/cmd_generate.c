@@ -169,7 +169,7 @@ static dt_status gen_run(const gen_cli *x, dt_comm *w, bool tp, bool printer) {
     int32_t *p = NULL;
     if (x->ids && x->enc) st = dt_error(DT_ERR_ARG, "generate: --ids and --bpe both given (the prompt is one or the other)");
     else if (x->ids) st = parse_ids(x->prompt, V, &p, &n);
-    else st = dt_bpe_for_model(x->enc, x->merges, V, x->model, "generate", printer, &b);
+    else st = dt_bpe_for_model(x->enc, x->merges, V, 256, x->model, "generate", printer, &b);
     if (!st && !x->ids) st = dt_bpe_prompt(b, x->prompt, strlen(x->prompt), true, &p, &n);
     dt_token_ends ends = { .n = 0 };
     if (!st && !x->ignore_eos) st = text_ends(x, b, V, &ends);

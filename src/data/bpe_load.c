@@ -298,8 +298,8 @@ dt_status dt_bpe_load_json(const char *path, dt_bpe **out) {
     return DT_OK;
 }
 
-dt_status dt_bpe_for_model(const char *encoder_json, const char *vocab_bpe, int vocab, const char *model, const char *who, bool say,
-                           dt_bpe **out) {
+dt_status dt_bpe_for_model(const char *encoder_json, const char *vocab_bpe, int vocab, int min_bytes, const char *model,
+                           const char *who, bool say, dt_bpe **out) {
     *out = NULL;
     char found[4200];
     struct stat sb;
@@ -310,9 +310,12 @@ dt_status dt_bpe_for_model(const char *encoder_json, const char *vocab_bpe, int 
         if (say) dt_log(DT_LOG_INFO, "%s: the tokenizer %s", who, found);
     }
     if (!encoder_json) {
-        if (vocab < 256)
+        if (vocab < min_bytes)
             return dt_error(DT_ERR_ARG, "%s: %s has a vocabulary of %d; byte prompts need 256 (or give --tokenizer or --bpe)", who, model, vocab);
-        if (vocab != 256 && say)
+        if (vocab < 256 && say)
+            dt_log(DT_LOG_WARN, "%s: %s has a vocabulary of %d and no tokenizer: prompts are token ids, or text whose bytes are below %d",
+                   who, model, vocab, vocab);
+        else if (vocab != 256 && say)
             dt_log(DT_LOG_WARN, "%s: %s has a vocabulary of %d and no tokenizer was given: prompts are read as bytes and tokens from "
                    "256 up come back as <id> (give --tokenizer tokenizer.json, or --bpe ENCODER.json VOCAB.bpe for GPT-2's; a byte-level model is trained with "
                    "--vocab 256)", who, model, vocab);

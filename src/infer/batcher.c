@@ -167,7 +167,8 @@ static const float *penalized(dt_batcher *b, const slot *s, const float *l) {
     if (!s->seen && !s->counts && !o->nlogit_bias && s->generated >= o->min_tokens) return l;
     int V = dt_decoder_config(b->d)->vocab_size;
     memcpy(b->drawn, l, sizeof(float) * (size_t)V);
-    dt_sample_bias(b->drawn, V, o, s->generated);
+    dt_sample_bias(b->drawn, V, o);
+    dt_sample_suppress(b->drawn, V, o, s->generated);
     dt_sample_penalize(b->drawn, V, o->repetition_penalty, s->seen);
     dt_sample_penalize_counts(b->drawn, V, o->presence_penalty, o->frequency_penalty, s->counts);
     return b->drawn;

@@ -25,9 +25,12 @@ void dt_sample_penalize(float *l, int V, float p, const uint64_t *seen) {
         if (seen[v >> 6] >> (v & 63) & 1) l[v] = l[v] > 0 ? l[v] / p : l[v] * p;
 }
 
-void dt_sample_bias(float *l, int V, const dt_sampling *s, int drawn) {
+void dt_sample_bias(float *l, int V, const dt_sampling *s) {
     for (int i = 0; i < s->nlogit_bias; i++)
         if (s->logit_bias[i].token >= 0 && s->logit_bias[i].token < V) l[s->logit_bias[i].token] += s->logit_bias[i].bias;
+}
+
+void dt_sample_suppress(float *l, int V, const dt_sampling *s, int drawn) {
     for (int i = 0; drawn < s->min_tokens && i < s->nsuppress; i++)
         if (s->suppress[i] >= 0 && s->suppress[i] < V) l[s->suppress[i]] = -INFINITY;
 }

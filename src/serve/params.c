@@ -223,7 +223,7 @@ static dt_status read_stop_ids(const cJSON *o, const serve_vocab *v, int max_tok
     int k = 0;
     for (int i = 0; i < v->ends.n; i++) p->suppress[k++] = v->ends.ids[i];
     for (int i = 0; i < p->nstop_ids; i++) p->suppress[k++] = p->stop_ids[i];
-    p->sampling.min_tokens = (int)mt, p->sampling.nsuppress = k;
+    p->sampling.min_tokens = (int)mt, p->sampling.suppress = p->suppress, p->sampling.nsuppress = k;
     return DT_OK;
 }
 
@@ -342,14 +342,12 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
                         "(%.0f in all): shorten the prompt or lower %s", context, p->nprompt, max_name, mt, p->nprompt + mt, max_name);
     }
     p->max_tokens = (int)mt;
-    if ((st = read_stop_ids(o, v, p->max_tokens, p, param))) return st; /* (its min_tokens and suppressed tokens kept below) */
     p->sampling = (dt_sampling){ .temperature = (float)temp, .top_k = (int)topk, .top_p = (float)topp, .min_p = (float)minp,
                                  .repetition_penalty = (float)rep, .presence_penalty = (float)pres, .frequency_penalty = (float)freq,
-                                 .logit_bias = p->bias, .nlogit_bias = p->nbias, .min_tokens = p->sampling.min_tokens,
-                                 .suppress = p->suppress, .nsuppress = p->sampling.nsuppress };
+                                 .logit_bias = p->bias, .nlogit_bias = p->nbias };
     p->seed = (uint64_t)seed;
     p->n = (int)n;
-    return DT_OK;
+    return read_stop_ids(o, v, p->max_tokens, p, param); /* (its min_tokens and suppressed tokens into the sampling) */
 }
 
 dt_status serve_params_parse(const char *body, size_t len, const serve_vocab *v, int context, bool chat, serve_params *p,

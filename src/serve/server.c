@@ -14,7 +14,6 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,16 +48,12 @@ static dt_status listen_on(const char *host, int port, int *fd_out, int *bound, 
 
 static dt_status load_vocab(const dt_serve_options *o, const dt_gpt2_config *c, serve_vocab *v) {
     *v = (serve_vocab){ .bpe = NULL, .vocab = c->vocab_size, .eot = -1, .chat = DT_CHAT_NONE };
-    char found[4200];
-    struct stat sb;
-    bool own = snprintf(found, sizeof found, "%s/tokenizer.json", o->model) < (int)sizeof found && stat(found, &sb) == 0;
-    dt_status st = DT_OK;
-    if (!o->bpe_encoder && !own && c->vocab_size < 256) /* (bytes from the vocabulary's size up refused a request) */
-        dt_log(DT_LOG_WARN, "serve: %s has a vocabulary of %d and no tokenizer: prompts are token ids, or text whose bytes are below %d",
-               o->model, c->vocab_size, c->vocab_size);
-    else st = dt_bpe_for_model(o->bpe_encoder, o->bpe_vocab, c->vocab_size, o->model, "serve", true, &v->bpe);
+    /* (a byte-level model of fewer than 256 tokens serves: params.c refuses a prompt's bytes beyond its vocabulary) */
+    dt_status st = dt_bpe_for_model(o->bpe_encoder, o->bpe_vocab, c->vocab_size, 1, o->model, "serve", true, &v->bpe);
     if (!st && v->bpe && dt_bpe_vocab_size(v->bpe) == 50257) v->eot = 50256; /* GPT-2's <|endoftext|> */
     if (!st && v->bpe && !o->bpe_vocab) { /* a tokenizer.json: its tokenizer_config.json's chat template and end of text */
+        char found[4200];
+        snprintf(found, sizeof found, "%s/tokenizer.json", o->model);
         const char *tj = o->bpe_encoder ? o->bpe_encoder : found;
         st = dt_tokenizer_config_read(tj, v->bpe, &v->chat, &v->eot, NULL);
         if (st == DT_ERR_UNSUPPORTED) { /* completions still serve; chats go by the plain template */

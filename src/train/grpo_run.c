@@ -85,7 +85,7 @@ static dt_status open_tokenizer(run *r, dt_grpo_run *gr) {
     gr->chat = DT_CHAT_NONE;
     int eos = -1;
     dt_status st = c->chat_template ? dt_chat_kind_parse(c->chat_template, &gr->chat) : DT_OK;
-    if (!st) st = dt_bpe_for_model(c->tokenizer, NULL, dt_gpt2_get_config(r->m)->vocab_size, c->model, "--grpo", false, &gr->tok);
+    if (!st) st = dt_bpe_for_model(c->tokenizer, NULL, dt_gpt2_get_config(r->m)->vocab_size, 256, c->model, "--grpo", false, &gr->tok);
     if (st || !gr->tok) return st;
     char found[4200];
     snprintf(found, sizeof found, "%s/tokenizer.json", c->model);

@@ -32,7 +32,7 @@ dt_status dt_train_open_sft(run *r) {
     dt_chat_kind chat = DT_CHAT_NONE;
     dt_bpe *tok = NULL;
     dt_status st = c->chat_template ? dt_chat_kind_parse(c->chat_template, &chat) : DT_OK;
-    if (!st) st = dt_bpe_for_model(c->tokenizer, NULL, V, c->model, "--data", false, &tok);
+    if (!st) st = dt_bpe_for_model(c->tokenizer, NULL, V, 256, c->model, "--data", false, &tok);
     if (!st && !tok && V != 256) /* a byte-level model reads bytes */
         st = dt_error(DT_ERR_ARG, "--data %s: chats and completions are tokenized: give --tokenizer tokenizer.json (or a --model folder "
                       "that has one)", c->data);
