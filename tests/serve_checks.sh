@@ -193,6 +193,21 @@ tg=$(gen --model "$dir/byte.bin" --prompt "The " --tokens 30 --temperature 0 --n
 start tp "$dir/byte.bin" --threads 1 --slots 4 --nproc 2 --tp 2 || exit 1
 r=$(post '{"prompt":"The ","max_tokens":30,"temperature":0}' | text)
 [ "$r" = "$s" ] && ok "serve --nproc 2 --tp 2: one process's completion" || fail "serve --tp 2: '$r' against '$s'"
+# prefix reuse over a part: n choices copy the first's prompt, a repeat keeps its slots' (the followers copy theirs);
+# every text that of a server reading each prompt whole (DTRAIN_PREFIX_REUSE=off), and the cached tokens counted
+choices() { python3 -c 'import json,sys; o=json.load(sys.stdin); print(json.dumps([[c["text"] for c in o["choices"]], o["usage"]["prompt_tokens_details"]["cached_tokens"]]))'; }
+nreq='{"prompt":"In the beginning God created","max_tokens":20,"temperature":0.9,"seed":11,"n":3}'
+c1=$(post "$nreq" | choices); c2=$(post "$nreq" | choices)
+held=$(curl -s "http://127.0.0.1:$port/metrics" | grep '^dtrain_prompt_tokens_cached_total' | grep -o '[0-9]*$')
+tpid=$spid tport=$port
+DTRAIN_PREFIX_REUSE=off start tpoff "$dir/byte.bin" --threads 1 --slots 4 --nproc 2 --tp 2 || exit 1
+o1=$(post "$nreq" | choices); o2=$(post "$nreq" | choices)
+kill -TERM $spid; wait $spid
+spid=$tpid port=$tport
+[ "${c1%,*}" = "${o1%,*}" ] && [ "${c2%,*}" = "${o1%,*}" ] && [ "${o2%,*}" = "${o1%,*}" ] && [ "${c1##*, }" = "0]" ] &&
+    [ "${c2##*, }" = "27]" ] && [ "${o2##*, }" = "0]" ] && [ "$held" = 135 ] &&
+    ok "serve --tp 2, n 3 twice: the texts of prompts read whole; cached tokens 0 then 27, 135 in all (27 x 5)" ||
+    fail "serve --tp 2, prefix reuse: $c1 then $c2 against $o1 then $o2 (read whole); $held cached"
 for p in $(pgrep -P "$spid"); do grep -qz '^DTRAIN_RANK=1$' /proc/$p/environ 2> /dev/null && kill -9 "$p"; done
 wait "$spid"
 rc=$?

@@ -430,7 +430,7 @@ static const int plen[NREQ] = { 3, 17, 1, 9, 24, 5, 12, 2 };
 
 static dt_infer_request request(int i, record *rc) {
     dt_sampling s = { .temperature = i % 2 ? 0.9f : 0.0f, .top_k = i % 3 ? 0 : 20, .top_p = i == 5 ? 0.8f : 1.0f };
-    return (dt_infer_request){ prompts[i], plen[i], 12, s, 100 + (uint64_t)i, on_token, on_end, rc, NULL };
+    return (dt_infer_request){ prompts[i], plen[i], 12, s, 100 + (uint64_t)i, on_token, on_end, rc, NULL, NULL };
 }
 
 /* The requests in `order`, each added at step join[k] (or when a slot frees), over nslots slots and a token budget. */
@@ -491,6 +491,60 @@ static void invariance(dt_gpt2 *m, dt_quant q) {
     }
 }
 
+/* Prefix reuse: requests whose prompts start alike, with reuse on and off (every prompt read whole). Four at once over
+ * a budget that reads a prompt in two steps (three wait for the first to hold what they share: 19, 19 and 12 tokens
+ * of it), then a chat's next turn (the first's prompt, its 12 tokens, 3 more: the 31 positions its ended slot holds
+ * kept) and the same prompt again beside it (34 copied from the turn still reading). */
+static void prefix_run(dt_gpt2 *m, dt_quant q, bool reuse, record *rc, int *cached, long *reused) {
+    dt_decoder *d = NULL;
+    dt_batcher *b = NULL;
+    static int32_t p[6][40];
+    static const int len[6] = { 20, 20, 20, 20, 35, 35 };
+    memset(rc, 0, sizeof(record) * 6);
+    for (int k = 0; k < 20; k++) p[0][k] = p[1][k] = p[2][k] = p[3][k] = (int32_t)((k * 13 + 5) % 67);
+    for (int k = 12; k < 20; k++) p[3][k] = (int32_t)((k * 29 + 1) % 67);
+    if (dt_decoder_create(m, q, 4, 16, 0, &d) || dt_batcher_create(d, 16, &b)) {
+        EXPECT(0, "prefix reuse: %s", dt_last_error());
+        dt_decoder_destroy(d);
+        return;
+    }
+    dt_batcher_set_prefix_reuse(b, reuse);
+    for (int phase = 0; phase < 2; phase++) {
+        int first = phase ? 4 : 0, last = phase ? 6 : 4;
+        for (int i = first; phase && i < last; i++) {
+            memcpy(p[i], p[0], sizeof(int32_t) * 20), memcpy(p[i] + 20, rc[0].tok, sizeof(int32_t) * 12);
+            for (int k = 32; k < 35; k++) p[i][k] = (int32_t)(k % 67);
+        }
+        for (int i = first; i < last; i++) {
+            dt_sampling s = { .temperature = i == 0 || i == 4 ? 0.0f : 0.9f, .top_p = 1 };
+            dt_infer_request r = { p[i], len[i], 12, s, 7 + (uint64_t)i, on_token, on_end, &rc[i], NULL, &cached[i] };
+            EXPECT(!dt_batcher_add(b, &r), "prefix reuse: add %d: %s", i, dt_last_error());
+        }
+        for (int step = 0; step < 100 && dt_batcher_get_stats(b).running > 0; step++)
+            EXPECT(!dt_batcher_step(b), "prefix reuse: step: %s", dt_last_error());
+    }
+    *reused = dt_batcher_get_stats(b).reused_rows;
+    dt_batcher_destroy(b);
+    dt_decoder_destroy(d);
+}
+
+static void prefix_reuse(dt_gpt2 *m, dt_quant q) {
+    record on[6], off[6];
+    int con[6], coff[6];
+    long ron = 0, roff = 0;
+    static const int want[6] = { 0, 19, 19, 12, 31, 34 };
+    prefix_run(m, q, true, on, con, &ron);
+    prefix_run(m, q, false, off, coff, &roff);
+    for (int i = 0; i < 6; i++) {
+        int n = i < 4 ? 12 : 6; /* (35 + 6 tokens fill the context of 40) */
+        EXPECT(on[i].n == n && off[i].n == n && !memcmp(on[i].tok, off[i].tok, sizeof(int32_t) * (size_t)n) && on[i].hash == off[i].hash,
+               "%s prefix reuse: request %d's tokens and logits' bits not those of its prompt read whole", dt_quant_name(q), i);
+        EXPECT(con[i] == want[i] && coff[i] == 0, "%s prefix reuse: request %d took %d cached tokens (%d without reuse), not %d",
+               dt_quant_name(q), i, con[i], coff[i], want[i]);
+    }
+    EXPECT(ron == 115 && roff == 0, "%s prefix reuse: %ld rows reused (%ld without), not 115", dt_quant_name(q), ron, roff);
+}
+
 static void refusals(dt_gpt2 *m) {
     dt_decoder *d = NULL;
     dt_batcher *b = NULL;
@@ -498,10 +552,14 @@ static void refusals(dt_gpt2 *m) {
     if (!d) return;
     EXPECT(dt_batcher_create(d, 1, &b) == DT_ERR_ARG && strstr(dt_last_error(), "2 slots"), "budget below the slots: '%s'",
            dt_last_error());
+    EXPECT(dt_decoder_copy(d, 0, 1, 5) == DT_ERR_ARG && strstr(dt_last_error(), "slot 0 holds 0"), "copying what a slot does not hold: '%s'",
+           dt_last_error());
+    EXPECT(dt_decoder_copy(d, 1, 1, 0) == DT_ERR_ARG && dt_decoder_copy(d, 0, 2, 0) == DT_ERR_ARG && strstr(dt_last_error(), "of 2 slots"),
+           "copying a slot onto itself or out of range: '%s'", dt_last_error());
     EXPECT(!dt_batcher_create(d, 8, &b), "batcher: %s", dt_last_error());
     int32_t p[41] = { 0 };
     record rc;
-    dt_infer_request r = { p, 41, 5, { .top_p = 1 }, 1, on_token, on_end, &rc, NULL };
+    dt_infer_request r = { p, 41, 5, { .top_p = 1 }, 1, on_token, on_end, &rc, NULL, NULL };
     EXPECT(dt_batcher_add(b, &r) == DT_ERR_ARG && strstr(dt_last_error(), "41 tokens"), "prompt too long: '%s'", dt_last_error());
     r.nprompt = 3;
     r.sampling.temperature = -1;
@@ -633,6 +691,8 @@ int main(int argc, char **argv) {
             decoder_against_forward(whole, m);
             invariance(m, DT_QUANT_NONE);
             invariance(m, DT_QUANT_INT8);
+            prefix_reuse(m, DT_QUANT_NONE);
+            prefix_reuse(m, DT_QUANT_INT8);
             if (ranks == 1 && !family) refusals(m);
             dt_tp_ops ops2;
             dt_gpt2 *whole2 = small_model(family, heads, kv_heads), *m2 = whole2 && ranks > 1 ? tp_part(whole2, w, &ops2) : whole2;
@@ -662,6 +722,7 @@ int main(int argc, char **argv) {
         if (m) decoder_against_forward(whole, m);
         if (m && ranks == 1) invariance(m, DT_QUANT_NONE);
         if (m && ranks == 1) invariance(m, DT_QUANT_INT8);
+        if (m) prefix_reuse(m, DT_QUANT_NONE);
         if (m && m2 && ranks == 1) int8_without_model(m, m2); /* (destroys m2) */
         else if (m2 != whole2) dt_gpt2_destroy(m2);
         if (m != whole) dt_gpt2_destroy(m);

@@ -74,6 +74,12 @@ size_t dt_decoder_cache_bytes(const dt_decoder *d);
 /* What the cache holds of position pos in layer l of slot s: this rank's heads' key and value (*n floats each, the
  * channels over the TP ranks; widened from bf16 where the cache keeps bf16). */
 dt_status dt_decoder_cached(const dt_decoder *d, int slot, int layer, int pos, float *k, float *v, int *n);
+/* Slot from's cached positions [0, npos) copied into slot to, which then holds those (a prompt that starts as another
+ * sequence does reads the rest only: the copy is the same bits its rows would write, the rows being batch-invariant);
+ * over a leading part, the followers copy theirs. DT_ERR_ARG: a slot out of range, the same slot, or more positions
+ * than from holds; DT_ERR_UNSUPPORTED: a device's decoder (dt_decoder_copies false). */
+dt_status dt_decoder_copy(dt_decoder *d, int from, int to, int npos);
+bool dt_decoder_copies(const dt_decoder *d);
 /* One step over n rows: each row's key and value written to its slot's
  * cache at its position, its attention over positions 0..pos of its slot;
  * logits [rows with logits set, V] in row order. Fails (DT_ERR_ARG, naming
@@ -174,10 +180,14 @@ typedef struct {
     /* NULL, or called with the logits after each prompt token pos (those that predict token pos + 1), pos from 0 to
      * nprompt - 2 in order, as the prompt is read (a prompt's scores: every prompt row then asks for logits). */
     void (*on_prompt)(void *ctx, int pos, const float *logits);
+    /* NULL, or set by dt_batcher_add to the prompt's tokens whose keys and values another sequence's cache gives
+     * (prefix reuse: none where on_prompt scores every row) */
+    int *cached;
 } dt_infer_request;
 
 typedef struct {
     long steps, rows, prefill_rows, decode_rows, finished;
+    long reused_rows; /* prompt tokens not read: their keys and values copied or kept (prefix reuse) */
     int running; /* requests in the batch now */
 } dt_batcher_stats;
 
@@ -191,6 +201,10 @@ void dt_batcher_destroy(dt_batcher *b);
  * empty prompt, a bad token or sampling, or a prompt longer than the context; DT_ERR_UNSUPPORTED: no free slot (see free_slots). */
 dt_status dt_batcher_add(dt_batcher *b, const dt_infer_request *r);
 int dt_batcher_free_slots(const dt_batcher *b);
+/* Prefix reuse (on where the decoder copies slots, unless DTRAIN_PREFIX_REUSE=off): a prompt's start that a slot
+ * holds, ended or running (n choices of one prompt; a chat's next turn), is copied or kept instead of read, the same
+ * bits; free slots keep what they hold, the least recently used taken first. */
+void dt_batcher_set_prefix_reuse(dt_batcher *b, bool on);
 /* One iteration: every running request advances by one token or one chunk
  * of its prompt; callbacks run from here. Nothing to do: returns at once. */
 dt_status dt_batcher_step(dt_batcher *b);

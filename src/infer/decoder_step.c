@@ -251,6 +251,34 @@ dt_status dt_decoder_step(dt_decoder *d, const dt_infer_row *rows, int n, float 
     return n > 0 ? dt_decoder_run(d, rows, n, logits) : DT_OK;
 }
 
+/* Positions [0, npos) of slot from's cache into slot to's, as whole key blocks: a layer's keys, then its values, one
+ * run each (what comes along past npos lies past what slot to then holds, and is never read). */
+static dt_status copy_checked(dt_decoder *d, int from, int to, int npos) {
+    if (from < 0 || from >= d->nslots || to < 0 || to >= d->nslots || from == to || npos < 0 || npos > d->filled[from])
+        return dt_error(DT_ERR_ARG, "decoder: copying %d positions of slot %d to slot %d (of %d slots; slot %d holds %d)", npos,
+                        from, to, d->nslots, from, from >= 0 && from < d->nslots ? d->filled[from] : 0);
+    size_t elem = dt_decoder_cache_elem(d), blocks = ((size_t)npos + DT_KEY_BLOCK - 1) / DT_KEY_BLOCK;
+    size_t run = blocks * (size_t)d->NKVl * DT_KEY_BLOCK * (size_t)d->hd * elem;
+    char *c = d->cache;
+    for (int l = 0; l < d->cfg.num_layers; l++)
+        for (int kv = 0; kv < 2; kv++) memcpy(c + cache_at(d, to, l, kv, 0, 0) * elem, c + cache_at(d, from, l, kv, 0, 0) * elem, run);
+    d->filled[to] = npos;
+    return DT_OK;
+}
+
+bool dt_decoder_copies(const dt_decoder *d) { return !d->dev.run; }
+
+dt_status dt_decoder_copy(dt_decoder *d, int from, int to, int npos) {
+    if (d->dev.run) return dt_error(DT_ERR_UNSUPPORTED, "decoder: its cache is on the device, which copies no slots");
+    dt_status st = copy_checked(d, from, to, npos);
+    if (st || !d->leader) return st;
+    /* the followers copy theirs: head -2, then the three words (checked here first, so theirs hold) */
+    int32_t head = -2, w[3] = { from, to, npos };
+    st = d->tp->broadcast(d->tp->ctx, &head, 1);
+    if (!st) st = d->tp->broadcast(d->tp->ctx, w, 3);
+    return st ? dt_error(st, "decoder, sending a copy of a slot's cache to the other tensor-parallel ranks: %s", dt_last_error()) : DT_OK;
+}
+
 dt_status dt_decoder_lead(dt_decoder *d) {
     if (!d->tp) return dt_error(DT_ERR_ARG, "decoder: only a tensor-parallel part has others to lead");
     d->leader = 1;
@@ -272,8 +300,16 @@ dt_status dt_decoder_follow(dt_decoder *d) {
     for (;;) {
         int32_t head = 0;
         if (!st) st = d->tp->broadcast(d->tp->ctx, &head, 1);
-        if (st || head < 0) break;
-        if (head > d->max_rows) { st = dt_error(DT_ERR_MISMATCH, "decoder: the leader sent %d rows, more than %d", (int)head, d->max_rows); break; }
+        if (st || head == -1) break;
+        if (head == -2) { /* a copy of a slot's cache (dt_decoder_copy) */
+            int32_t w[3];
+            if (!(st = d->tp->broadcast(d->tp->ctx, w, 3))) st = copy_checked(d, w[0], w[1], w[2]);
+            continue;
+        }
+        if (head < 0 || head > d->max_rows) {
+            st = dt_error(DT_ERR_MISMATCH, "decoder: the leader sent %d rows (from 0 to %d, -1 or -2)", (int)head, d->max_rows);
+            break;
+        }
         if (head > 0 && !(st = d->tp->broadcast(d->tp->ctx, (int32_t *)rows, (size_t)head * 4))) st = dt_decoder_run(d, rows, head, logits);
     }
     free(rows);

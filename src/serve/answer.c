@@ -112,7 +112,8 @@ static cJSON *envelope(const serve_answer *a, cJSON **choices) {
     return o;
 }
 
-/* The usage of every choice: the prompt once, the tokens drawn summed (as OpenAI counts n choices). */
+/* The usage of every choice: the prompt once, the tokens drawn summed (as OpenAI counts n choices); of the prompt's,
+ * those a cache gave the first choice (OpenAI's prompt_tokens_details.cached_tokens; the others' copy it too). */
 static void add_usage(cJSON *o, const serve_answer *a) {
     long drawn = 0;
     for (int i = 0; i < a->n; i++) drawn += a->ch[i].job->generated;
@@ -120,6 +121,7 @@ static void add_usage(cJSON *o, const serve_answer *a) {
     cJSON_AddNumberToObject(u, "prompt_tokens", a->ch[0].job->p.nprompt);
     cJSON_AddNumberToObject(u, "completion_tokens", (double)drawn);
     cJSON_AddNumberToObject(u, "total_tokens", (double)(a->ch[0].job->p.nprompt + drawn));
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", a->ch[0].job->cached);
 }
 
 /* Choice c's object: text n bytes (and a thinking model's reasoning rn bytes, NULL: none; tool calls, taken, NULL:

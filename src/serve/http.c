@@ -211,6 +211,8 @@ static enum MHD_Result metrics(serve_http *h, struct MHD_Connection *c) {
              "dtrain_http_errors_total{class=\"4xx\"} %ld\n"
              "dtrain_http_errors_total{class=\"5xx\"} %ld\n"
              "dtrain_prompt_tokens_total %ld\n"
+             "# HELP dtrain_prompt_tokens_cached_total prompt tokens whose keys and values a cache slot gave (prefix reuse)\n"
+             "dtrain_prompt_tokens_cached_total %ld\n"
              "dtrain_generated_tokens_total %ld\n"
              "# HELP dtrain_tokens_per_second tokens generated per second over the last second or more of work\n"
              "dtrain_tokens_per_second %.2f\n"
@@ -224,7 +226,7 @@ static enum MHD_Result metrics(serve_http *h, struct MHD_Connection *c) {
              "# HELP dtrain_step_rows_total rows (prompt and decode tokens) through the model\n"
              "dtrain_step_rows_total %ld\n"
              "dtrain_busy_seconds_total %.3f\n",
-             s.requests, s.rejected, s.completed, s.cancelled, e4, e5, s.prompt_tokens, s.tokens, s.tokens_per_s, s.running, s.slots,
+             s.requests, s.rejected, s.completed, s.cancelled, e4, e5, s.prompt_tokens, s.cached_tokens, s.tokens, s.tokens_per_s, s.running, s.slots,
              s.slots ? (double)s.running / s.slots : 0.0, s.queued, s.queue_cap, s.steps, s.rows, s.busy_s);
     return send_text(c, 200, "text/plain; version=0.0.4", t);
 }

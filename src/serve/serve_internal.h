@@ -112,6 +112,7 @@ typedef struct serve_job {
     size_t visible;      /* of those, the bytes that can go out: not a possible start of a stop sequence nor half a character */
     size_t base;         /* the echoed prompt's bytes at the start (stop sequences are looked for after them) */
     int generated;
+    int cached;          /* of the prompt's tokens, those whose keys and values a cache slot gave (prefix reuse) */
     serve_logprob *lp;   /* with logprobs: an entry a token of text (the echoed prompt's, then the answer's) */
     int nlp, caplp;
     bool cancelled;      /* the client left: the engine ends it at its next token */
@@ -136,7 +137,7 @@ void serve_job_cancel(serve_job *j);
  * batcher's free slots and steps it while anything runs. */
 typedef struct serve_engine serve_engine;
 typedef struct {
-    long requests, rejected, completed, cancelled, prompt_tokens, tokens, steps, rows;
+    long requests, rejected, completed, cancelled, prompt_tokens, cached_tokens, tokens, steps, rows;
     int running, slots, queued, queue_cap;
     double tokens_per_s; /* over the last second or more of work */
     double busy_s;       /* time spent stepping */

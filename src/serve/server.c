@@ -120,8 +120,8 @@ static dt_status run(const dt_serve_options *o, dt_decoder *d, serve_vocab *v) {
         serve_stats s = serve_engine_stats(e);
         MHD_stop_daemon(md);
         printf("dtrain serve: served %ld requests (%ld completed, %ld cancelled, %ld turned away), %ld tokens generated from %ld "
-               "prompt tokens in %.1f s of decoding\n", s.requests, s.completed, s.cancelled, s.rejected, s.tokens, s.prompt_tokens,
-               s.busy_s);
+               "prompt tokens (%ld of them from a cache slot) in %.1f s of decoding\n", s.requests, s.completed, s.cancelled, s.rejected,
+               s.tokens, s.prompt_tokens, s.cached_tokens, s.busy_s);
         if (broken) st = dt_error(DT_ERR_PEER, "serve: stopped: a decoding step failed (the error above names why)");
     } else if (fd >= 0) {
         close(fd);
