@@ -44,6 +44,13 @@ ok "the metrics carry reward, reward_std, kl, entropy, completion_len, clip_rati
 run_metrics acc --batch 8 --grad-accum 2 --steps 10 && same "2 micro-batches of 8" acc
 run_metrics ddp --batch 8 --nproc 2 --steps 10 && same "DDP 2" ddp
 run_metrics z2 --batch 8 --nproc 2 --zero 2 --steps 10 && same "ZeRO-2 on 2 ranks" z2
+# a group's completions copy its prompt's keys and values from the first's slot: the same bits as each reading it whole
+DTRAIN_PREFIX_REUSE=off run_metrics whole --batch 16 --steps 10 &&
+    for f in loss reward kl entropy; do cmp -s <(field $f "$dir/ref.jsonl") <(field $f "$dir/whole.jsonl") || { fail "prefix reuse: $f differs"; break; }; done &&
+    awk -v on="$(field rollout_prompt_cached "$dir/ref.jsonl" | head -1)" -v off="$(field rollout_prompt_cached "$dir/whole.jsonl" | sort -u)" \
+        'BEGIN{exit !(on >= 0.6 && off == 0)}' &&
+    ok "prefix reuse: losses, rewards, KL and entropy of every prompt read whole, the same bits; $(field rollout_prompt_cached "$dir/ref.jsonl" | head -1) of step 1's prompt tokens copied" ||
+    fail "prefix reuse: rollout_prompt_cached $(field rollout_prompt_cached "$dir/ref.jsonl" | head -1), read whole $(field rollout_prompt_cached "$dir/whole.jsonl" | sort -u | tr '\n' ' ')"
 # TRL's other settings (each against TRL in test_grpo), on DDP 2 as on one process: GSPO's sequence ratios with
 # DAPO's clip-higher and the whole batch's standard deviation (every rank's rewards), a rollout trained twice; bnpo
 # (each micro-batch's own tokens) against 2 micro-batches; --grpo-mask-truncated leaves out every completion of this

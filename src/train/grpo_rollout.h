@@ -9,6 +9,8 @@
 
 /* A rollout's figures (dt_grpo_run.stats), summed over the ranks for the step's metrics. */
 enum { S_ROWS, S_REWARD, S_REWARD_SQ, S_TOKENS, S_FLAT_GROUPS, S_DECODE_S, S_KL, S_CLIPPED, S_CLIP_UNITS, S_LOSS_TOKENS, S_TOOL_CALLS, S_TOOL_FAILS, S_GENERATED, S_ENTROPY, S_BONUS_ENTROPY, S_BONUS_TOKENS,
+       S_PROMPT, S_CACHED, /* prompt tokens the rollout's passes were given, and those a cache slot gave */
+      
        S_EACH, S_N = S_EACH + DT_GRPO_MAX_REWARDS }; /* (S_EACH + k: reward function k's sum) */
 
 typedef struct {

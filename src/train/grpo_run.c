@@ -255,9 +255,10 @@ static dt_status decode_pass(run *r, dt_grpo_run *gr, int turn, const int *rows,
         dt_infer_request req = { ctx, P + c->n, left < room ? left : room, { .temperature = gc->temperature, .top_k = gc->top_k, .top_p = gc->top_p > 0 ? gc->top_p : 1.0f, .min_p = gc->min_p,
                                    .repetition_penalty = gc->repetition_penalty },
                                  dt_hash_words(DT_HASH_INIT, w, turn ? 6 : 5), on_token, NULL, c, NULL, NULL };
-        if (!(st = dt_batcher_add(b, &req))) added++;
+        if (!(st = dt_batcher_add(b, &req))) added++, gr->stats[S_PROMPT] += P + c->n;
     }
     while (!st && dt_batcher_get_stats(b).finished < added) st = dt_batcher_step(b);
+    if (!st) gr->stats[S_CACHED] += (double)dt_batcher_get_stats(b).reused_rows; /* (a group's completions copy its prompt) */
     dt_batcher_destroy(b);
     dt_decoder_destroy(d);
     return st;
@@ -420,12 +421,13 @@ dt_status dt_train_grpo_stats(run *r, dt_grpo_step_stats *out) {
         .completion = v[S_GENERATED] / n, .clipped = v[S_CLIP_UNITS] > 0 ? v[S_CLIPPED] / v[S_CLIP_UNITS] : 0,
         .flat = v[S_FLAT_GROUPS] / (n / r->c.grpo.group), .decode_s = v[S_DECODE_S] / r->nranks,
         .rollout_tps = v[S_DECODE_S] > 0 ? v[S_GENERATED] / (v[S_DECODE_S] / r->nranks) : 0, .sample = gr->sample,
+        .cached = v[S_PROMPT] > 0 ? v[S_CACHED] / v[S_PROMPT] : 0,
         .tool_calls = gr->form ? v[S_TOOL_CALLS] / n : -1,
         .tool_failures = !gr->form ? -1 : v[S_TOOL_CALLS] > 0 ? v[S_TOOL_FAILS] / v[S_TOOL_CALLS] : 0,
     };
     out->nrewards = gr->nrewards;
     for (int k = 0; k < gr->nrewards; k++) out->each[k] = v[S_EACH + k] / n;
-    gr->stats[S_DECODE_S] = gr->stats[S_TOOL_CALLS] = gr->stats[S_TOOL_FAILS] = 0;
+    gr->stats[S_DECODE_S] = gr->stats[S_TOOL_CALLS] = gr->stats[S_TOOL_FAILS] = gr->stats[S_PROMPT] = gr->stats[S_CACHED] = 0;
     /* the text before and after: rank 0's first completion of the first and the last rollouts */
     const dt_train_config *c = &r->c;
     int step = gr->step++;

@@ -26,6 +26,7 @@ typedef struct dt_grpo_run dt_grpo_run;
  * failed (a result {"error": ...}, TRL's failure_frequency; both -1 without --grpo-tools); rank 0's first completion (text). */
 typedef struct {
     double reward, reward_std, kl, entropy, entropy_coef, completion, clipped, flat, decode_s, rollout_tps, tool_calls, tool_failures;
+    double cached; /* of the rollout's prompt tokens, the share a cache slot gave (a group's completions copy its prompt) */
     double each[DT_GRPO_MAX_REWARDS]; /* each reward function's mean (several: TRL's rewards/NAME/mean) */
     int nrewards;
     const char *sample;

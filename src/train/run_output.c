@@ -127,7 +127,7 @@ void dt_train_write_metrics(run *r, int step, float lr, const dt_step_result *s,
         if (r->c.grpo.entropy_coef != 0 || r->c.grpo.adaptive) json_num(f, "entropy_coef", "%.6g", g->entropy_coef); /* (the next step's) */
         json_num(f, "completion_len", "%.2f", g->completion), json_num(f, "clip_ratio", "%.6f", g->clipped);
         json_num(f, "frac_reward_zero_std", "%.4f", g->flat), json_num(f, "rollout_s", "%.3f", g->decode_s);
-        json_num(f, "rollout_tok_per_s", "%.1f", g->rollout_tps);
+        json_num(f, "rollout_tok_per_s", "%.1f", g->rollout_tps), json_num(f, "rollout_prompt_cached", "%.4f", g->cached);
         if (g->tool_calls >= 0) json_num(f, "tool_calls", "%.4f", g->tool_calls); /* (TRL's tools/call_frequency) */
         if (g->tool_failures >= 0) json_num(f, "tool_failures", "%.4f", g->tool_failures); /* (its tools/failure_frequency) */
         for (int k = 0; g->nrewards > 1 && k < g->nrewards; k++) { /* (TRL's rewards/NAME/mean, by --reward's order) */
