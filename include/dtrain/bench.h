@@ -91,11 +91,13 @@ typedef struct {
     const char *quant;  /* "none" or "int8" for the server the bench starts */
     int clients, max_tokens, slots, threads;
     double seconds;
+    int shared_prefix;  /* > 0: every prompt starts with the same text of about this many bytes (a system prompt); a
+                         * server the bench starts runs twice, reusing prefixes and reading each prompt whole */
 } dt_bench_serve_opts;
 /* Offered load: clients threads sending streamed completions back to back
  * for seconds; requests done and failed, tokens/s, time to first token and
- * inter-token latency percentiles, the server's peak memory. Exit code 1 if
- * any request failed. */
+ * inter-token latency percentiles, the prompt tokens a cache slot gave, the
+ * server's peak memory. Exit code 1 if any request failed. */
 int dt_bench_serve(const dt_bench_serve_opts *o);
 
 typedef struct {

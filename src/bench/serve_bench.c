@@ -36,6 +36,7 @@ static void add(samples *s, double x) {
 typedef struct {
     const dt_bench_serve_opts *o;
     const char *url;
+    const char *prefix; /* every prompt's start (--shared-prefix), or "" */
     int index;
     double until;
     long done, failed, tokens;
@@ -79,9 +80,10 @@ static void *run_client(void *arg) {
                                      "Blessed are", "Now the serpent", "Let there be" };
     CURL *h = curl_easy_init();
     struct curl_slist *hd = curl_slist_append(NULL, "Content-Type: application/json");
-    char body[512];
-    for (int k = 0; h && dt_time_now() < c->until; k++) {
-        snprintf(body, sizeof body, "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":0.8,\"seed\":%d,\"stream\":true}",
+    size_t cap = strlen(c->prefix) + 512;
+    char *body = malloc(cap);
+    for (int k = 0; h && body && dt_time_now() < c->until; k++) {
+        snprintf(body, cap, "{\"prompt\":\"%s%s\",\"max_tokens\":%d,\"temperature\":0.8,\"seed\":%d,\"stream\":true}", c->prefix,
                  prompts[(c->index + k) % 8], c->o->max_tokens, c->index * 100000 + k);
         curl_easy_setopt(h, CURLOPT_URL, c->url);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
@@ -100,9 +102,23 @@ static void *run_client(void *arg) {
         if (!c->failed++)
             snprintf(c->why, sizeof c->why, "%s, status %ld%s", curl_easy_strerror(rc), status, c->ended ? "" : ", no end of stream");
     }
+    free(body);
     curl_slist_free_all(hd);
     curl_easy_cleanup(h);
     return NULL;
+}
+
+/* A system prompt of about n bytes: a passage's sentences in turn (JSON-safe: letters, spaces, commas and periods). */
+static char *shared_prefix(int n) {
+    static const char *const said[] = { "You are a careful assistant who answers in plain words. ",
+                                        "Read the question, think about what is asked, and say only what you know. ",
+                                        "When a passage is quoted, keep its words, its order and its meaning. ",
+                                        "Prefer short sentences, and name the source of every figure you give. " };
+    char *p = malloc((size_t)n + 128);
+    size_t len = 0;
+    for (int k = 0; p && (int)len < n; k++) len += (size_t)sprintf(p + len, "%s", said[k % 4]);
+    if (p) p[len] = 0;
+    return p;
 }
 
 typedef struct { char b[8192]; size_t n; } text_buf;
@@ -216,22 +232,16 @@ static void stop_server(pid_t server, long rss_mid) {
     printf("server stopped by SIGTERM: exit %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 }
 
-int dt_bench_serve(const dt_bench_serve_opts *o) {
-    char url[512], cpu[128];
-    pid_t server = -1;
-    if (o->url) snprintf(url, sizeof url, "%s", o->url);
-    else if ((server = start_server(o, url, sizeof url)) < 0) {
-        dt_log(DT_LOG_ERROR, "bench serve: dtrain serve %s did not start (see /tmp/dtrain-bench-serve.log)", o->model);
-        return 1;
-    }
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    printf("# dtrain bench serve: %d clients for %.0f s, %d tokens a request (streamed), against %s; %s\n", o->clients, o->seconds,
-           o->max_tokens, url, dt_cpu_model(cpu, sizeof cpu));
+/* One load on the server at url: its figures printed; *tps and *ttft (p50) for a comparison; exit code 1 if a request
+ * failed. */
+static int load(const dt_bench_serve_opts *o, const char *url, pid_t server, const char *prefix, double *tps, double *ttft) {
     client *cs = calloc((size_t)o->clients, sizeof *cs);
     pthread_t *th = calloc((size_t)o->clients, sizeof *th);
+    if (!cs || !th) { free(cs), free(th); dt_log(DT_LOG_ERROR, "bench serve: out of memory"); return 1; }
     double tok0 = metric(url, "dtrain_generated_tokens_total"), t0 = dt_time_now(), until = t0 + o->seconds;
+    double p0 = metric(url, "dtrain_prompt_tokens_total"), c0 = metric(url, "dtrain_prompt_tokens_cached_total");
     for (int i = 0; i < o->clients; i++) {
-        cs[i] = (client){ .o = o, .url = url, .index = i, .until = until };
+        cs[i] = (client){ .o = o, .url = url, .prefix = prefix, .index = i, .until = until };
         pthread_create(&th[i], NULL, run_client, &cs[i]);
     }
     long rss_mid = server > 0 ? peak_kb(server) : -1;
@@ -247,7 +257,12 @@ int dt_bench_serve(const dt_bench_serve_opts *o) {
         if (cs[i].failed && !why) why = cs[i].why;
     }
     double secs = dt_time_now() - t0, tok1 = metric(url, "dtrain_generated_tokens_total");
+    double p1 = metric(url, "dtrain_prompt_tokens_total"), c1 = metric(url, "dtrain_prompt_tokens_cached_total");
     print_results(&all, why, secs, tok0 >= 0 && tok1 >= 0 ? tok1 - tok0 : -1);
+    if (p0 >= 0 && p1 > p0 && c0 >= 0 && c1 >= 0)
+        printf("prompt tokens: %.0f, of them %.0f (%.1f%%) from a cache slot\n", p1 - p0, c1 - c0, 100 * (c1 - c0) / (p1 - p0));
+    *tps = tok0 >= 0 && tok1 >= 0 ? (tok1 - tok0) / secs : 0;
+    *ttft = pct(&all.ttft, 0.5);
     int rc = all.failed ? 1 : 0;
     if (server > 0) stop_server(server, rss_mid);
     for (int i = 0; i < o->clients; i++) { free(cs[i].ttft.v); free(cs[i].itl.v); }
@@ -255,6 +270,35 @@ int dt_bench_serve(const dt_bench_serve_opts *o) {
     free(all.itl.v);
     free(cs);
     free(th);
+    return rc;
+}
+
+int dt_bench_serve(const dt_bench_serve_opts *o) {
+    char url[512], cpu[128], *prefix = o->shared_prefix > 0 ? shared_prefix(o->shared_prefix) : NULL;
+    if (o->shared_prefix > 0 && !prefix) { dt_log(DT_LOG_ERROR, "bench serve: out of memory"); return 1; }
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    /* with a shared prefix and a server of its own: a second pass reading each prompt whole, the ratios in the same run */
+    int passes = prefix && !o->url ? 2 : 1, rc = 0;
+    double tps[2] = { 0 }, ttft[2] = { 0 };
+    for (int pass = 0; pass < passes && !rc; pass++) {
+        pid_t server = -1;
+        if (pass) setenv("DTRAIN_PREFIX_REUSE", "off", 1);
+        if (o->url) snprintf(url, sizeof url, "%s", o->url);
+        else if ((server = start_server(o, url, sizeof url)) < 0) {
+            dt_log(DT_LOG_ERROR, "bench serve: dtrain serve %s did not start (see /tmp/dtrain-bench-serve.log)", o->model);
+            rc = 1;
+            break;
+        }
+        if (pass) unsetenv("DTRAIN_PREFIX_REUSE");
+        printf("# dtrain bench serve: %d clients for %.0f s, %d tokens a request (streamed)", o->clients, o->seconds, o->max_tokens);
+        if (prefix) printf(", every prompt after the same %zu bytes%s", strlen(prefix), passes == 1 ? "" : pass ? ", each read whole" : ", prefixes reused");
+        printf(", against %s; %s\n", url, dt_cpu_model(cpu, sizeof cpu));
+        rc = load(o, url, server, prefix ? prefix : "", &tps[pass], &ttft[pass]);
+    }
+    if (passes == 2 && !rc && tps[1] > 0 && ttft[0] > 0)
+        printf("prefix reuse against each prompt read whole: throughput %.2fx, time to first token (p50) %.2fx shorter\n", tps[0] / tps[1],
+               ttft[1] / ttft[0]);
+    free(prefix);
     curl_global_cleanup();
     return rc;
 }

@@ -258,16 +258,20 @@ static int bench_serve(int argc, char **argv) {
         { "--model", "a weights file or checkpoint directory to serve" }, { "--url", "a running server's /v1/completions URL" },
         { "--clients", "a whole number from 1 to 1024" }, { "--seconds", "a number from 1 to 86400" },
         { "--max-tokens", "a whole number from 1 to 100000" }, { "--slots", "a whole number from 1 to 1024" },
-        { "--threads", "a whole number from 0 (OMP_NUM_THREADS, or the cores it may use) to 1024" }, { "--quantize", "int8 or none" }, { NULL, NULL } };
-    dt_bench_serve_opts o = { NULL, NULL, "none", 16, 32, 8, 0, 20 };
-    double clients = o.clients, secs = o.seconds, mt = o.max_tokens, slots = o.slots, threads = 0;
+        { "--threads", "a whole number from 0 (OMP_NUM_THREADS, or the cores it may use) to 1024" }, { "--quantize", "int8 or none" },
+        { "--shared-prefix", "a whole number of bytes from 0 to 100000" }, { NULL, NULL } };
+    dt_bench_serve_opts o = { NULL, NULL, "none", 16, 32, 8, 0, 20, 0 };
+    double clients = o.clients, secs = o.seconds, mt = o.max_tokens, slots = o.slots, threads = 0, prefix = 0;
     for (int i = 3; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
             printf("usage: dtrain bench serve --model M | --url URL [--clients 16] [--seconds 20] [--max-tokens 32]\n"
-                   "                          [--slots 8] [--threads N] [--quantize int8]\n"
+                   "                          [--slots 8] [--threads N] [--quantize int8] [--shared-prefix BYTES]\n"
                    "  offered load: each client sends streamed completions back to back; requests done and failed,\n"
-                   "  tokens/s, time to first token and inter-token latency percentiles, the server's peak memory\n");
+                   "  tokens/s, time to first token and inter-token latency percentiles, the prompt tokens a cache\n"
+                   "  slot gave, the server's peak memory. --shared-prefix: every prompt starts with the same text\n"
+                   "  (a system prompt); a server the bench starts runs twice, reusing prefixes and reading each\n"
+                   "  prompt whole (DTRAIN_PREFIX_REUSE=off), the ratios printed\n");
             return 0;
         }
         i++;
@@ -279,6 +283,7 @@ static int bench_serve(int argc, char **argv) {
         else if (!strcmp(f, "--slots") && dt_cli_number(v, 1, 1024, &slots) && slots == (int)slots) {}
         else if (!strcmp(f, "--threads") && dt_cli_number(v, 0, 1024, &threads) && threads == (int)threads) {}
         else if (!strcmp(f, "--quantize") && v && (!strcmp(v, "int8") || !strcmp(v, "none"))) o.quant = v;
+        else if (!strcmp(f, "--shared-prefix") && dt_cli_number(v, 0, 100000, &prefix) && prefix == (int)prefix) {}
         else return dt_cli_flag_error("bench serve", flags, f, v);
     }
     if (!o.model == !o.url) { dt_log(DT_LOG_ERROR, "bench serve: give --model M (the bench serves it) or --url URL (a running server)"); return 2; }
@@ -287,6 +292,7 @@ static int bench_serve(int argc, char **argv) {
     o.max_tokens = (int)mt;
     o.slots = (int)slots;
     o.threads = (int)threads;
+    o.shared_prefix = (int)prefix;
     return dt_bench_serve(&o);
 }
 
