@@ -92,7 +92,7 @@ static cJSON *logprobs_json(const serve_answer *a, serve_choice *c, size_t upto,
     static const char *names[4] = { "tokens", "token_logprobs", "top_logprobs", "text_offset" };
     if (a->chat) content = cJSON_AddArrayToObject(o, "content"), cJSON_AddNullToObject(o, "refusal");
     else for (int i = 0; i < 4; i++) arrays[i] = cJSON_AddArrayToObject(o, names[i]);
-    for (; c->lp_sent < j->nlp && (j->lp[c->lp_sent].at < upto || (final && j->lp[c->lp_sent].ends)); c->lp_sent++) {
+    for (; c->lp_sent < j->nlp && (j->lp[c->lp_sent].at < upto || (final && j->lp[c->lp_sent].textless)); c->lp_sent++) {
         if (a->chat) cJSON_AddItemToArray(content, chat_logprob(a->vocab, &j->lp[c->lp_sent], j->p.top));
         else completion_logprob(a->vocab, c, &j->lp[c->lp_sent], arrays);
     }

@@ -78,7 +78,7 @@ serve_logprob *serve_job_add_logprob(serve_job *j, int32_t token, size_t at) {
         j->lp = lp, j->caplp = cap;
     }
     serve_logprob *x = &j->lp[j->nlp++];
-    x->token = token, x->logprob = NAN, x->at = at, x->ends = false;
+    x->token = token, x->logprob = NAN, x->at = at, x->textless = false;
     return x;
 }
 
@@ -141,6 +141,7 @@ static int on_token(void *ctx, int32_t token, const float *logits) {
     serve_job *j = ctx;
     serve_engine *e = j->engine;
     bool ends = dt_token_ends_has(&e->v->ends, token) && !j->p.ignore_eos, scored = j->p.logprobs;
+    bool skipped = !ends && !j->p.keep_special && serve_vocab_special(e->v, token);
     serve_logprob one;
     if (scored) logprob_of(j, logits, token, &one);
     pthread_mutex_lock(&j->lock->mu);
@@ -148,14 +149,14 @@ static int on_token(void *ctx, int32_t token, const float *logits) {
     size_t before = j->len;
     bool stop = j->cancelled;
     serve_logprob *x = scored ? serve_job_add_logprob(j, token, before) : NULL;
-    if (x) one.token = token, one.at = before, one.ends = ends, *x = one;
+    if (x) one.token = token, one.at = before, one.textless = ends || skipped, *x = one;
     if (scored && !x) {
         stop = j->failed = true;
         snprintf(j->message, sizeof j->message, "out of memory for logprobs");
     } else if (ends) {
         stop = true; /* the end of the text (or another end): a stop, not part of it */
-    } else if (dt_token_ends_has(&e->v->ends, token)) {
-        /* ignore_eos: an end drawn goes on, its text left out (as vLLM's, which skips special tokens' text) */
+    } else if (skipped) {
+        stop = stop_id(j, token); /* its text left out (vLLM's skip_special_tokens; an end under ignore_eos too) */
     } else if (serve_vocab_append(e->v, token, &j->text, &j->len, &j->cap)) {
         stop = j->failed = true;
         snprintf(j->message, sizeof j->message, "%s", dt_last_error());
@@ -176,7 +177,7 @@ static void on_prompt(void *ctx, int pos, const float *logits) {
     pthread_mutex_lock(&j->lock->mu);
     if (pos + 1 < j->nlp) {
         serve_logprob *x = &j->lp[pos + 1];
-        one.token = x->token, one.at = x->at, one.ends = false, *x = one;
+        one.token = x->token, one.at = x->at, one.textless = false, *x = one;
     }
     pthread_mutex_unlock(&j->lock->mu);
 }

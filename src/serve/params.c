@@ -332,6 +332,11 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
     if (!st) st = read_logprobs(o, chat, p, param);
     if (!st) st = read_stream_options(o, p, param);
     if (!st) st = read_flag(o, "ignore_eos", &p->ignore_eos, param); /* (vLLM's) */
+    bool skip = true;
+    const cJSON *sk = cJSON_GetObjectItemCaseSensitive(o, "skip_special_tokens"); /* (vLLM's, true unless given) */
+    if (!st && sk && !cJSON_IsNull(sk)) st = read_flag(o, "skip_special_tokens", &skip, param);
+    /* (with tools, as vLLM's tool parsers ask: a call may open with a special token, Llama 3.1's <|python_tag|>) */
+    p->keep_special = !skip || p->tools;
     if (!st) st = read_response_format(o, param);
     if (st) return st;
     if ((double)p->nprompt + mt > context || (chat && mt < 1)) {

@@ -20,9 +20,17 @@ typedef struct {
     int eot;     /* the end-of-text token (GPT-2's 50256); -1: none */
     dt_token_ends ends; /* the tokens that end a completion: eot and generation_config.json's eos_token_id */
     dt_chat_kind chat; /* the model's chat template (its tokenizer_config.json's; DT_CHAT_NONE: dtrain's plain one) */
+    uint64_t *special; /* the tokenizer's special tokens (dt_token_set_add; NULL: none) */
 } serve_vocab;
 /* Token id's bytes appended to a growing buffer. */
 dt_status serve_vocab_append(const serve_vocab *v, int32_t id, char **buf, size_t *len, size_t *cap);
+/* v's special tokens marked from its tokenizer's added tokens ("special": true); freed by serve_vocab_free (and the
+ * tokenizer with it). */
+dt_status serve_vocab_mark_special(serve_vocab *v);
+void serve_vocab_free(serve_vocab *v);
+/* Whether a completion leaves token id's text out unless asked to keep it (vLLM's skip_special_tokens, its default):
+ * a special token of the tokenizer, or an end. */
+bool serve_vocab_special(const serve_vocab *v, int32_t id);
 
 
 #define SERVE_MAX_STOP 4
@@ -45,6 +53,7 @@ typedef struct {
     bool stream_usage;   /* stream_options.include_usage: a stream's last chunk before [DONE] holds the usage alone */
     int n;               /* choices: completions of the prompt, choice i drawn with seed + i */
     bool ignore_eos;     /* vLLM's: the end of text drawn does not end the completion (nor shows in its text) */
+    bool keep_special;   /* vLLM's skip_special_tokens false (or tools, whose calls a special token may open): their text kept */
     bool logprobs;       /* each token's log-probability (a completion's "logprobs": N, a chat's "logprobs": true) */
     int top;             /* and its top alternatives (0 to SERVE_MAX_TOP: N, or a chat's "top_logprobs") */
     bool chat;           /* /v1/chat/completions: messages in, a chat.completion out */
@@ -86,7 +95,8 @@ typedef struct {
     int32_t token;
     float logprob;
     size_t at;  /* where its bytes start in the job's text */
-    bool ends;  /* an end-of-text token: not in the text, its entry sent last (as vLLM's, an entry a token drawn) */
+    bool textless; /* an end, or a special token whose text is left out: none in the text; sent when its text would be,
+                    * or last (as vLLM's, an entry a token drawn) */
     int32_t top[SERVE_MAX_TOP];
     float top_lp[SERVE_MAX_TOP];
 } serve_logprob;

@@ -65,6 +65,7 @@ static dt_status load_vocab(const dt_serve_options *o, const dt_gpt2_config *c, 
             dt_log(DT_LOG_INFO, "serve: chats by the model's %s template", dt_chat_template_of(v->chat)->name);
     }
     if (!st) st = dt_token_ends_read(o->model, v->vocab, v->eot, &v->ends);
+    if (!st) st = serve_vocab_mark_special(v);
     return st;
 }
 
@@ -159,7 +160,7 @@ dt_status dt_serve_run(const dt_serve_options *o) {
             st = run(o, d, &v);
         }
     }
-    dt_bpe_destroy(v.bpe);
+    serve_vocab_free(&v);
     dt_decoder_destroy(d); /* and the model with it */
     return st;
 }

@@ -8,6 +8,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+dt_status serve_vocab_mark_special(serve_vocab *v) {
+    int n = v->bpe ? dt_bpe_vocab_size(v->bpe) : 0, added;
+    for (int id = 0; id < n && id < v->vocab; id++) {
+        if (!dt_bpe_token_text(v->bpe, (uint32_t)id, &added) || added != 2) continue;
+        if (!v->special && !(v->special = calloc(dt_token_set_words(v->vocab), sizeof(uint64_t))))
+            return dt_error(DT_ERR_NOMEM, "serve: out of memory");
+        dt_token_set_add(v->special, id);
+    }
+    return DT_OK;
+}
+
+void serve_vocab_free(serve_vocab *v) {
+    dt_bpe_destroy(v->bpe);
+    free(v->special);
+    v->bpe = NULL, v->special = NULL;
+}
+
+bool serve_vocab_special(const serve_vocab *v, int32_t id) {
+    return dt_token_ends_has(&v->ends, id) || (v->special && id >= 0 && id < v->vocab && (v->special[id / 64] >> (id % 64) & 1));
+}
+
 dt_status serve_vocab_append(const serve_vocab *v, int32_t id, char **buf, size_t *len, size_t *cap) {
     char one[16];
     size_t n;
