@@ -238,6 +238,13 @@ if tools_run one --batch 4; then
     [ "${l#* }" = 0 ] && [ "${r#* }" = 0 ] && [ "$(sort "$m/ddp.calls" | uniq -c)" = "$(sort "$m/one.calls" | uniq -c)" ] &&
         [ "$(sort "$m/ddp.seen")" = "$(sort "$m/one.seen")" ] &&
         ok "--grpo-tools on DDP 2: one process's calls, completions, rewards and losses (within ${l% *})" || fail "--grpo-tools DDP 2: losses ${l% *}, rewards ${r% *}"
+    # a turn after a tool's result finds the completion's earlier turns in its slot: only the result is read
+    DTRAIN_PREFIX_REUSE=off tools_run whole --batch 4
+    cached=$(field rollout_prompt_cached "$m/one.jsonl" | tr '\n' ' ')
+    cmp -s <(field loss "$m/one.jsonl") <(field loss "$m/whole.jsonl") && cmp -s "$m/one.seen" "$m/whole.seen" &&
+        [ "$(field rollout_prompt_cached "$m/whole.jsonl" | sort -u)" = 0.0000 ] && awk -v c="${cached%% *}" 'BEGIN { exit !(c >= 0.6) }' &&
+        ok "--grpo-tools: the losses and completions of every turn's prompt read whole, the same bits; the prompt tokens a cache slot gave: $cached" ||
+        fail "--grpo-tools, prefix reuse: cached $cached, losses $(field loss "$m/one.jsonl" | tr '\n' ' ') against $(field loss "$m/whole.jsonl" | tr '\n' ' ')"
     tools_run once --batch 4 --grpo-tool-turns 1
     [ "$(grep -c . "$m/once.calls")" = "$(grep -cF "$turn" "$m/once.seen")" ] && ! grep -q '"role":"tool".*"role":"tool"' "$m/once.seen" &&
         [ "$(grep -c . "$m/once.calls")" -lt "$calls" ] &&

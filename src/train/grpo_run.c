@@ -232,15 +232,13 @@ static int prompt_of(const run *r, dt_grpo_run *gr, int gen, int i, uint64_t *pl
     return gr->perm[q % (uint64_t)gr->prompts.n];
 }
 
-/* A pass of the decoder over the weights as they are now: rows[0..n) continued together in one continuously batched
- * run, each from its prompt and what its completion holds so far (turn 0: nothing), up to --completion-tokens in all. */
-static dt_status decode_pass(run *r, dt_grpo_run *gr, int turn, const int *rows, int n) {
+/* A pass of b's decoder (over the weights as they are now) continuing rows[0..n) together in one continuously batched
+ * run, each from its prompt and what its completion holds so far (turn 0: nothing), up to --completion-tokens in all.
+ * A later turn's row finds its earlier turns in the slot they left (prefix reuse): it reads the tool's result only. */
+static dt_status decode_pass(run *r, dt_grpo_run *gr, dt_batcher *b, int turn, const int *rows, int n) {
     const dt_grpo_config *gc = &r->c.grpo;
-    int budget = gr->rows > 256 ? gr->rows : 256;
-    dt_decoder *d = NULL;
-    dt_batcher *b = NULL;
-    dt_status st = dt_decoder_create(r->m, DT_QUANT_NONE, gr->rows, budget, gr->T + 1, &d); /* (a row's positions: prompt and completion) */
-    if (!st) st = dt_batcher_create(d, budget, &b);
+    dt_batcher_stats before = dt_batcher_get_stats(b);
+    dt_status st = DT_OK;
     int added = 0;
     for (int k = 0; !st && k < n; k++) {
         dt_grpo_completion *c = &gr->done[rows[k]];
@@ -257,30 +255,35 @@ static dt_status decode_pass(run *r, dt_grpo_run *gr, int turn, const int *rows,
                                  dt_hash_words(DT_HASH_INIT, w, turn ? 6 : 5), on_token, NULL, c, NULL, NULL };
         if (!(st = dt_batcher_add(b, &req))) added++, gr->stats[S_PROMPT] += P + c->n;
     }
-    while (!st && dt_batcher_get_stats(b).finished < added) st = dt_batcher_step(b);
-    if (!st) gr->stats[S_CACHED] += (double)dt_batcher_get_stats(b).reused_rows; /* (a group's completions copy its prompt) */
-    dt_batcher_destroy(b);
-    dt_decoder_destroy(d);
+    while (!st && dt_batcher_get_stats(b).finished - before.finished < added) st = dt_batcher_step(b);
+    if (!st) gr->stats[S_CACHED] += (double)(dt_batcher_get_stats(b).reused_rows - before.reused_rows); /* (a group's prompt) */
     return st;
 }
 
 /* Every row's completion: a pass over all rows, then (--grpo-tools) rounds of calls and passes over those that called. */
 static dt_status decode(run *r, dt_grpo_run *gr, int gen) {
-    int *rows = malloc(sizeof(int) * (size_t)gr->rows), n = gr->rows;
+    int *rows = malloc(sizeof(int) * (size_t)gr->rows), n = gr->rows, budget = gr->rows > 256 ? gr->rows : 256;
     double t0 = dt_time_now();
+    dt_decoder *d = NULL;
+    dt_batcher *b = NULL;
     dt_status st = rows ? DT_OK : dt_error(DT_ERR_NOMEM, "GRPO: out of memory");
+    /* (a row's positions: prompt and completion; a slot a row) */
+    if (!st) st = dt_decoder_create(r->m, DT_QUANT_NONE, gr->rows, budget, gr->T + 1, &d);
+    if (!st) st = dt_batcher_create(d, budget, &b);
     for (int i = 0; !st && i < gr->rows; i++) {
         dt_grpo_completion *c = &gr->done[i];
         c->n = 0, c->ends = &gr->ends, c->prompt = prompt_of(r, gr, gen, i, &c->place), rows[i] = i;
         cJSON_Delete(c->turns), c->turns = NULL;
     }
     for (int turn = 0; !st && n > 0; turn++) {
-        st = decode_pass(r, gr, turn, rows, n);
+        st = decode_pass(r, gr, b, turn, rows, n);
         bool more = gr->form && (!r->c.grpo.tool_turns || turn < r->c.grpo.tool_turns);
         if (!st && more) st = dt_grpo_tool_round(gr, &r->c.grpo, rows, &n);
         else n = 0;
     }
     for (int i = 0; !st && gr->form && i < gr->rows; i++) st = dt_grpo_last_answer(gr, &gr->done[i]);
+    dt_batcher_destroy(b);
+    dt_decoder_destroy(d);
     free(rows);
     gr->stats[S_DECODE_S] = dt_time_now() - t0;
     return st ? dt_error(st, "GRPO's rollout: %s", dt_last_error()) : DT_OK;
