@@ -430,7 +430,7 @@ static const int plen[NREQ] = { 3, 17, 1, 9, 24, 5, 12, 2 };
 
 static dt_infer_request request(int i, record *rc) {
     dt_sampling s = { .temperature = i % 2 ? 0.9f : 0.0f, .top_k = i % 3 ? 0 : 20, .top_p = i == 5 ? 0.8f : 1.0f };
-    return (dt_infer_request){ prompts[i], plen[i], 12, s, 100 + (uint64_t)i, on_token, on_end, rc, NULL, NULL };
+    return (dt_infer_request){ prompts[i], plen[i], 12, s, 100 + (uint64_t)i, on_token, on_end, rc, NULL, NULL, 0 };
 }
 
 /* The requests in `order`, each added at step join[k] (or when a slot frees), over nslots slots and a token budget. */
@@ -517,7 +517,7 @@ static void prefix_run(dt_gpt2 *m, dt_quant q, bool reuse, record *rc, int *cach
         }
         for (int i = first; i < last; i++) {
             dt_sampling s = { .temperature = i == 0 || i == 4 ? 0.0f : 0.9f, .top_p = 1 };
-            dt_infer_request r = { p[i], len[i], 12, s, 7 + (uint64_t)i, on_token, on_end, &rc[i], NULL, &cached[i] };
+            dt_infer_request r = { p[i], len[i], 12, s, 7 + (uint64_t)i, on_token, on_end, &rc[i], NULL, &cached[i], 0 };
             EXPECT(!dt_batcher_add(b, &r), "prefix reuse: add %d: %s", i, dt_last_error());
         }
         for (int step = 0; step < 100 && dt_batcher_get_stats(b).running > 0; step++)
@@ -545,6 +545,37 @@ static void prefix_reuse(dt_gpt2 *m, dt_quant q) {
     EXPECT(ron == 115 && roff == 0, "%s prefix reuse: %ld rows reused (%ld without), not 115", dt_quant_name(q), ron, roff);
 }
 
+/* cache_salt: a prompt reuses only what requests of its salt left. A (salt 1) runs alone; then B (salt 2) and C
+ * (salt 1), the same prompt and seed: B reads it whole, C takes 19 of its 20 tokens from A's slot; all three draw the
+ * same tokens and logits' bits. */
+static void salted(dt_gpt2 *m) {
+    dt_decoder *d = NULL;
+    dt_batcher *b = NULL;
+    int32_t p[20];
+    record rc[3];
+    int cached[3] = { -1, -1, -1 };
+    static const uint64_t salt[3] = { 1, 2, 1 };
+    memset(rc, 0, sizeof rc);
+    for (int k = 0; k < 20; k++) p[k] = (int32_t)((k * 17 + 3) % 67);
+    if (dt_decoder_create(m, DT_QUANT_NONE, 3, 16, 0, &d) || dt_batcher_create(d, 16, &b)) {
+        EXPECT(0, "salted: %s", dt_last_error());
+        dt_decoder_destroy(d);
+        return;
+    }
+    for (int i = 0; i < 3; i++) {
+        dt_infer_request r = { p, 20, 8, { .temperature = 0.9f, .top_p = 1 }, 5, on_token, on_end, &rc[i], NULL, &cached[i], salt[i] };
+        EXPECT(!dt_batcher_add(b, &r), "salted: add %d: %s", i, dt_last_error());
+        for (int step = 0; step < 100 && i != 1 && dt_batcher_get_stats(b).running > 0; step++)
+            EXPECT(!dt_batcher_step(b), "salted: step: %s", dt_last_error());
+    }
+    for (int i = 1; i < 3; i++)
+        EXPECT(rc[i].n == 8 && !memcmp(rc[i].tok, rc[0].tok, sizeof(int32_t) * 8) && rc[i].hash == rc[0].hash,
+               "salted: request %d's tokens not the first's", i);
+    EXPECT(cached[0] == 0 && cached[1] == 0 && cached[2] == 19, "cache_salt: cached tokens %d, %d, %d (not 0, 0, 19)", cached[0], cached[1], cached[2]);
+    dt_batcher_destroy(b);
+    dt_decoder_destroy(d);
+}
+
 static void refusals(dt_gpt2 *m) {
     dt_decoder *d = NULL;
     dt_batcher *b = NULL;
@@ -559,7 +590,7 @@ static void refusals(dt_gpt2 *m) {
     EXPECT(!dt_batcher_create(d, 8, &b), "batcher: %s", dt_last_error());
     int32_t p[41] = { 0 };
     record rc;
-    dt_infer_request r = { p, 41, 5, { .top_p = 1 }, 1, on_token, on_end, &rc, NULL, NULL };
+    dt_infer_request r = { p, 41, 5, { .top_p = 1 }, 1, on_token, on_end, &rc, NULL, NULL, 0 };
     EXPECT(dt_batcher_add(b, &r) == DT_ERR_ARG && strstr(dt_last_error(), "41 tokens"), "prompt too long: '%s'", dt_last_error());
     r.nprompt = 3;
     r.sampling.temperature = -1;
@@ -693,7 +724,7 @@ int main(int argc, char **argv) {
             invariance(m, DT_QUANT_INT8);
             prefix_reuse(m, DT_QUANT_NONE);
             prefix_reuse(m, DT_QUANT_INT8);
-            if (ranks == 1 && !family) refusals(m);
+            if (ranks == 1 && !family) refusals(m), salted(m);
             dt_tp_ops ops2;
             dt_gpt2 *whole2 = small_model(family, heads, kv_heads), *m2 = whole2 && ranks > 1 ? tp_part(whole2, w, &ops2) : whole2;
             if (m2 != whole2) dt_gpt2_destroy(whole2);

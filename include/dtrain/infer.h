@@ -183,6 +183,9 @@ typedef struct {
     /* NULL, or set by dt_batcher_add to the prompt's tokens whose keys and values another sequence's cache gives
      * (prefix reuse: none where on_prompt scores every row) */
     int *cached;
+    /* prefix reuse only between requests of the same salt (vLLM's cache_salt: what one tenant's prompts left in the
+     * cache is not another's to time; 0: none) */
+    uint64_t salt;
 } dt_infer_request;
 
 typedef struct {

@@ -124,7 +124,8 @@ static dt_status check_request(const dt_batcher *b, const dt_infer_request *r) {
 
 /* How many of the first n - 1 tokens of p (the last is read for its logits) slot s holds, or will once it has read
  * its prompt: a running request's prompt and fed draws, what an ended one left. */
-static int usable(const slot *s, const int32_t *p, int n) {
+static int usable(const slot *s, const int32_t *p, int n, uint64_t salt) {
+    if (s->r.salt != salt) return 0;
     int held = s->busy ? s->r.nprompt + (s->generated > 0 ? s->generated - 1 : 0) : s->cached, i = 0;
     if (held > n - 1) held = n - 1;
     while (i < held && s->seq[i] == p[i]) i++;
@@ -144,17 +145,17 @@ static dt_status settle(dt_batcher *b, int k) {
 
 /* The free slot a prompt of n tokens takes (the one holding the longest start of it, the least recently used among
  * equals) and how much of it that slot holds (*own); the other slot holding more of it (-1: none) and how much (*more). */
-static int choose(const dt_batcher *b, const int32_t *p, int n, bool reuse, int *own, int *from, int *more) {
+static int choose(const dt_batcher *b, const int32_t *p, int n, uint64_t salt, bool reuse, int *own, int *from, int *more) {
     int k = -1;
     *own = 0, *from = -1;
     for (int j = 0; j < b->nslots; j++) {
         const slot *s = &b->slots[j];
-        int l = reuse ? usable(s, p, n) : 0;
+        int l = reuse ? usable(s, p, n, salt) : 0;
         if (!s->busy && (k < 0 || l > *own || (l == *own && s->order < b->slots[k].order))) k = j, *own = l;
     }
     *more = *own;
     for (int j = 0; reuse && k >= 0 && j < b->nslots; j++) {
-        int l = j == k ? 0 : usable(&b->slots[j], p, n);
+        int l = j == k ? 0 : usable(&b->slots[j], p, n, salt);
         if (l > *more) *from = j, *more = l;
     }
     return k;
@@ -165,7 +166,7 @@ dt_status dt_batcher_add(dt_batcher *b, const dt_infer_request *r) {
     dt_status st = check_request(b, r);
     if (st) return st;
     /* a prompt whose every row is scored reads them all */
-    int own, from, more, k = choose(b, r->prompt, r->nprompt, b->reuse && !r->on_prompt, &own, &from, &more);
+    int own, from, more, k = choose(b, r->prompt, r->nprompt, r->salt, b->reuse && !r->on_prompt, &own, &from, &more);
     if (k < 0) return dt_error(DT_ERR_UNSUPPORTED, "all %d slots are busy", b->nslots);
     float pen = r->sampling.repetition_penalty;
     bool counted = r->sampling.presence_penalty != 0 || r->sampling.frequency_penalty != 0;

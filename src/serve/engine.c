@@ -228,7 +228,7 @@ static void admit(serve_engine *e) {
         pthread_mutex_unlock(&j->lock->mu);
         if (gone) { e->st.cancelled++; finish_unrun(j, NULL); continue; }
         dt_infer_request r = { j->p.prompt, j->p.nprompt, j->p.max_tokens, j->p.sampling, j->p.seed, on_token, on_end, j,
-                               j->p.echo && j->p.logprobs ? on_prompt : NULL, &j->cached };
+                               j->p.echo && j->p.logprobs ? on_prompt : NULL, &j->cached, j->p.salt };
         if (dt_batcher_add(e->b, &r)) { finish_unrun(j, dt_last_error()); continue; }
         e->st.prompt_tokens += j->p.nprompt;
         e->st.cached_tokens += j->cached;

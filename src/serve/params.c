@@ -171,6 +171,22 @@ static dt_status read_response_format(const cJSON *o, const char **param) {
                " (no decoding guided by a JSON schema)");
 }
 
+/* vLLM's cache_salt: a non-empty string, hashed (its length, then its bytes as words; never 0, which is none). */
+static dt_status read_salt(const cJSON *o, serve_params *p, const char **param) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "cache_salt");
+    if (!f || cJSON_IsNull(f)) return DT_OK;
+    if (!cJSON_IsString(f) || !*f->valuestring) return bad(param, "cache_salt", "'%s' must be a non-empty string%s", "");
+    size_t n = strlen(f->valuestring);
+    uint32_t *w = calloc(n / 4 + 2, sizeof(uint32_t));
+    if (!w) return dt_error(DT_ERR_NOMEM, "out of memory");
+    w[0] = (uint32_t)n;
+    memcpy(w + 1, f->valuestring, n);
+    uint64_t h = dt_hash_words(DT_HASH_INIT, w, n / 4 + 2);
+    free(w);
+    p->salt = h ? h : 1;
+    return DT_OK;
+}
+
 /* One logit_bias entry: its token id (below the vocabulary's size, not named before: seen) and its bias into out. */
 static dt_status bias_entry(const cJSON *e, int vocab, uint64_t *seen, dt_logit_bias *out) {
     char *end;
@@ -338,6 +354,7 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
     /* (with tools, as vLLM's tool parsers ask: a call may open with a special token, Llama 3.1's <|python_tag|>) */
     p->keep_special = !skip || p->tools;
     if (!st) st = read_response_format(o, param);
+    if (!st) st = read_salt(o, p, param);
     if (st) return st;
     if ((double)p->nprompt + mt > context || (chat && mt < 1)) {
         *param = chat && mt < 1 ? "messages" : max_name;

@@ -53,6 +53,7 @@ typedef struct {
     bool stream_usage;   /* stream_options.include_usage: a stream's last chunk before [DONE] holds the usage alone */
     int n;               /* choices: completions of the prompt, choice i drawn with seed + i */
     bool ignore_eos;     /* vLLM's: the end of text drawn does not end the completion (nor shows in its text) */
+    uint64_t salt;       /* vLLM's cache_salt, hashed (0: none): prefix reuse only between requests of the same salt */
     bool keep_special;   /* vLLM's skip_special_tokens false (or tools, whose calls a special token may open): their text kept */
     bool logprobs;       /* each token's log-probability (a completion's "logprobs": N, a chat's "logprobs": true) */
     int top;             /* and its top alternatives (0 to SERVE_MAX_TOP: N, or a chat's "top_logprobs") */

@@ -105,7 +105,7 @@ static dt_status generate_cached(dt_gpt2 **m, int32_t *toks, int nprompt, const 
     int window = nprompt < Tmax ? nprompt : Tmax;
     while (!st && !run.ended && run.n - nprompt < o->count) {
         int done = run.n - nprompt;
-        dt_infer_request r = { toks + run.n - window, window, o->count - done, o->sampling, seed, on_token, NULL, &run, NULL, NULL };
+        dt_infer_request r = { toks + run.n - window, window, o->count - done, o->sampling, seed, on_token, NULL, &run, NULL, NULL, 0 };
         st = dt_batcher_add(b, &r);
         while (!st && dt_batcher_free_slots(b) == 0) st = dt_batcher_step(b);
         seed = dt_rng_next(&seed); /* a fresh stream for the next window (the first window's draws are seed's) */

@@ -252,7 +252,7 @@ static dt_status decode_pass(run *r, dt_grpo_run *gr, dt_batcher *b, int turn, c
         /* (the first pass's draws as before tools were: five words) */
         dt_infer_request req = { ctx, P + c->n, left < room ? left : room, { .temperature = gc->temperature, .top_k = gc->top_k, .top_p = gc->top_p > 0 ? gc->top_p : 1.0f, .min_p = gc->min_p,
                                    .repetition_penalty = gc->repetition_penalty },
-                                 dt_hash_words(DT_HASH_INIT, w, turn ? 6 : 5), on_token, NULL, c, NULL, NULL };
+                                 dt_hash_words(DT_HASH_INIT, w, turn ? 6 : 5), on_token, NULL, c, NULL, NULL, 0 };
         if (!(st = dt_batcher_add(b, &req))) added++, gr->stats[S_PROMPT] += P + c->n;
     }
     while (!st && dt_batcher_get_stats(b).finished - before.finished < added) st = dt_batcher_step(b);
