@@ -199,6 +199,11 @@ choices() { python3 -c 'import json,sys; o=json.load(sys.stdin); print(json.dump
 nreq='{"prompt":"In the beginning God created","max_tokens":20,"temperature":0.9,"seed":11,"n":3}'
 c1=$(post "$nreq" | choices); c2=$(post "$nreq" | choices)
 held=$(curl -s "http://127.0.0.1:$port/metrics" | grep '^dtrain_prompt_tokens_cached_total' | grep -o '[0-9]*$')
+c3=$(post "${nreq%\}},\"cache_salt\":\"tenant-b\"}" | choices) # (vLLM's: another tenant's prompts reuse nothing of these)
+nosalt=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/completions" -d '{"prompt":"x","cache_salt":""}')
+[ "$c3" = "${c1%,*}, 0]" ] && [ "${nosalt##* }" = 400 ] && echo "$nosalt" | grep -q "'cache_salt' must be a non-empty string" &&
+    ok "cache_salt: the same texts, none of the prompt from another salt's slots; an empty one 400" ||
+    fail "cache_salt: $c3 against $c1; '$nosalt'"
 tpid=$spid tport=$port
 DTRAIN_PREFIX_REUSE=off start tpoff "$dir/byte.bin" --threads 1 --slots 4 --nproc 2 --tp 2 || exit 1
 o1=$(post "$nreq" | choices); o2=$(post "$nreq" | choices)
