@@ -284,12 +284,13 @@ int dt_bench_serve(const dt_bench_serve_opts *o) {
         pid_t server = -1;
         if (pass) setenv("DTRAIN_PREFIX_REUSE", "off", 1);
         if (o->url) snprintf(url, sizeof url, "%s", o->url);
-        else if ((server = start_server(o, url, sizeof url)) < 0) {
+        else server = start_server(o, url, sizeof url);
+        if (pass) unsetenv("DTRAIN_PREFIX_REUSE"); /* (the server has it) */
+        if (!o->url && server < 0) {
             dt_log(DT_LOG_ERROR, "bench serve: dtrain serve %s did not start (see /tmp/dtrain-bench-serve.log)", o->model);
             rc = 1;
             break;
         }
-        if (pass) unsetenv("DTRAIN_PREFIX_REUSE");
         printf("# dtrain bench serve: %d clients for %.0f s, %d tokens a request (streamed)", o->clients, o->seconds, o->max_tokens);
         if (prefix) printf(", every prompt after the same %zu bytes%s", strlen(prefix), passes == 1 ? "" : pass ? ", each read whole" : ", prefixes reused");
         printf(", against %s; %s\n", url, dt_cpu_model(cpu, sizeof cpu));

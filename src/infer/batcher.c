@@ -123,7 +123,7 @@ static dt_status check_request(const dt_batcher *b, const dt_infer_request *r) {
 }
 
 /* How many of the first n - 1 tokens of p (the last is read for its logits) slot s holds, or will once it has read
- * its prompt: a running request's prompt and fed draws, what an ended one left. */
+ * its prompt (a running request's prompt and fed draws, what an ended one left), where its request had p's salt. */
 static int usable(const slot *s, const int32_t *p, int n, uint64_t salt) {
     if (s->r.salt != salt) return 0;
     int held = s->busy ? s->r.nprompt + (s->generated > 0 ? s->generated - 1 : 0) : s->cached, i = 0;

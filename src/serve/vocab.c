@@ -1,6 +1,6 @@
 /* Tokens back to text for serving (text to tokens is dt_bpe_prompt's): a
  * byte-level model's tokens are the bytes; with GPT-2's BPE files, the
- * BPE's. */
+ * BPE's; and which tokens are special (their text left out unless asked). */
 #include "serve_internal.h"
 #include "dtrain/io.h"
 
