@@ -400,6 +400,13 @@ if start chatml "$dir/chatml" --threads 1 --slots 2; then
     pb=$(echo "$want" | python3 -c 'import json,sys; c=json.load(sys.stdin); print(c["usage"]["prompt_tokens"], c["choices"][0]["text"])')
     [ -n "$pa" ] && [ "$pa" = "$pb" ] && ok "/v1/chat/completions by ChatML: the completion of the template's text ($pa tokens in, then the answer)" ||
         fail "ChatML chat '$pa' against the template's completion '$pb': $chat"
+    # the chat's next turn: its prompt starts with the last one's, which the slot it left holds (prefix reuse)
+    next=$(echo "$chat" | python3 -c 'import json,sys; m=json.loads(sys.argv[1]); m += [{"role":"assistant","content":json.load(sys.stdin)["choices"][0]["message"]["content"]},{"role":"user","content":"b"}]; print(json.dumps(m))' "$msgs")
+    turn2=$(curl -s "http://127.0.0.1:$port/v1/chat/completions" -d "{\"messages\":$next,\"max_tokens\":4,\"temperature\":0}" |
+        python3 -c 'import json,sys; u=json.load(sys.stdin)["usage"]; print(u["prompt_tokens"], u["prompt_tokens_details"]["cached_tokens"])')
+    [ -n "$turn2" ] && [ "${turn2#* }" -ge "${pa%% *}" ] && [ "${turn2#* }" -lt "${turn2% *}" ] &&
+        ok "a chat's next turn: ${turn2#* } of its ${turn2% *} prompt tokens from the cache (the last turn's prompt was ${pa%% *})" ||
+        fail "a chat's next turn: prompt and cached tokens '$turn2' (the last turn's prompt ${pa%% *})"
     # a special token drawn (<|im_start|>, id 1, made likeliest by logit_bias) leaves its text out unless
     # skip_special_tokens is false (vLLM's default and switch); its logprobs entry names it either way
     sp=$(for skip in '' ',"skip_special_tokens":false'; do
