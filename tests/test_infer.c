@@ -545,6 +545,64 @@ static void prefix_reuse(dt_gpt2 *m, dt_quant q) {
     EXPECT(ron == 115 && roff == 0, "%s prefix reuse: %ld rows reused (%ld without), not 115", dt_quant_name(q), ron, roff);
 }
 
+static void on_scored(void *ctx, int pos, const float *logits) {
+    record *rc = ctx;
+    const unsigned char *p = (const unsigned char *)logits;
+    rc->hash = (rc->hash ^ (uint64_t)pos) * 1099511628211ull;
+    for (size_t i = 0; i < 67 * sizeof(float); i++) rc->hash = (rc->hash ^ p[i]) * 1099511628211ull;
+}
+
+/* Prefix reuse under a random schedule: 40 requests whose prompts are cuts of three sequences with random tails (some
+ * a start of another, some the same), random lengths, two salts and some scored prompts, joining over 3 slots and a
+ * budget of 8 rows as slots free (sources that end and are taken while others wait on them); each request's tokens
+ * and logits' bits with reuse on are those with it off. */
+#define NSTRESS 40
+static void prefix_stress(dt_gpt2 *m) {
+    static int32_t p[NSTRESS][36];
+    int len[NSTRESS], maxt[NSTRESS];
+    uint64_t rng = 12345;
+    for (int i = 0; i < NSTRESS; i++) {
+        int base = (int)(dt_rng_next(&rng) % 3), cut = 1 + (int)(dt_rng_next(&rng) % 30), tail = (int)(dt_rng_next(&rng) % 6);
+        for (int k = 0; k < cut; k++) p[i][k] = (int32_t)((k * (7 + 4 * base) + base) % 67);
+        for (int k = 0; k < tail; k++) p[i][cut + k] = (int32_t)(dt_rng_next(&rng) % 67);
+        len[i] = cut + tail, maxt[i] = 1 + (int)(dt_rng_next(&rng) % 5);
+    }
+    record rc[2][NSTRESS];
+    long reused[2] = { 0, 0 };
+    for (int pass = 0; pass < 2; pass++) {
+        dt_decoder *d = NULL;
+        dt_batcher *b = NULL;
+        memset(rc[pass], 0, sizeof rc[pass]);
+        if (dt_decoder_create(m, DT_QUANT_NONE, 3, 8, 0, &d) || dt_batcher_create(d, 8, &b)) {
+            EXPECT(0, "prefix stress: %s", dt_last_error());
+            dt_decoder_destroy(d);
+            return;
+        }
+        dt_batcher_set_prefix_reuse(b, pass == 0);
+        uint64_t order = 99;
+        int next = 0;
+        for (int step = 0; step < 2000 && (next < NSTRESS || dt_batcher_get_stats(b).running > 0); step++) {
+            while (next < NSTRESS && dt_batcher_free_slots(b) > 0 && dt_rng_next(&order) % 3) { /* (some steps add none) */
+                int i = next++;
+                dt_sampling sm = { .temperature = i % 4 ? 0.9f : 0.0f, .top_p = 1 };
+                dt_infer_request r = { p[i], len[i], maxt[i], sm, 3 + (uint64_t)i, on_token, on_end, &rc[pass][i], i % 7 == 3 ? on_scored : NULL,
+                                       NULL, i % 5 == 4 ? 2u : 0u };
+                EXPECT(!dt_batcher_add(b, &r), "prefix stress: add %d: %s", i, dt_last_error());
+            }
+            EXPECT(!dt_batcher_step(b), "prefix stress: step: %s", dt_last_error());
+        }
+        reused[pass] = dt_batcher_get_stats(b).reused_rows;
+        dt_batcher_destroy(b);
+        dt_decoder_destroy(d);
+    }
+    int same = 0;
+    for (int i = 0; i < NSTRESS; i++)
+        same += rc[0][i].ended && rc[0][i].n == rc[1][i].n && rc[0][i].n == maxt[i] && rc[0][i].hash == rc[1][i].hash &&
+                !memcmp(rc[0][i].tok, rc[1][i].tok, sizeof(int32_t) * (size_t)rc[0][i].n);
+    EXPECT(same == NSTRESS && reused[0] > 100 && reused[1] == 0, "prefix stress: %d of %d requests the same bits with reuse and "
+           "without (%ld rows reused, %ld without)", same, NSTRESS, reused[0], reused[1]);
+}
+
 /* cache_salt: a prompt reuses only what requests of its salt left. A (salt 1) runs alone; then B (salt 2) and C
  * (salt 1), the same prompt and seed: B reads it whole, C takes 19 of its 20 tokens from A's slot; all three draw the
  * same tokens and logits' bits. */
@@ -725,6 +783,7 @@ int main(int argc, char **argv) {
             prefix_reuse(m, DT_QUANT_NONE);
             prefix_reuse(m, DT_QUANT_INT8);
             if (ranks == 1 && !family) refusals(m), salted(m);
+            prefix_stress(m);
             dt_tp_ops ops2;
             dt_gpt2 *whole2 = small_model(family, heads, kv_heads), *m2 = whole2 && ranks > 1 ? tp_part(whole2, w, &ops2) : whole2;
             if (m2 != whole2) dt_gpt2_destroy(whole2);
