@@ -603,6 +603,45 @@ static void prefix_stress(dt_gpt2 *m) {
            "without (%ld rows reused, %ld without)", same, NSTRESS, reused[0], reused[1]);
 }
 
+/* A waiting prompt's source ends and its slot is taken before the wait is settled: A (12 tokens, one drawn) and B (the
+ * same, waiting on A for 11) over 3 slots and a budget of 8; A ends in the second step, then C takes the unused slot and
+ * D A's, which first settles B's copy. B, C and D draw what they draw with reuse off; B takes 11 tokens, A's own. */
+static void reassigned(dt_gpt2 *m) {
+    int32_t p[4][12];
+    static const int len[4] = { 12, 12, 5, 7 }, maxt[4] = { 1, 6, 6, 6 };
+    record rc[2][4];
+    int cached[2][4];
+    for (int k = 0; k < 12; k++) p[0][k] = p[1][k] = (int32_t)((k * 11 + 2) % 67), p[2][k] = (int32_t)((k * 5 + 40) % 67), p[3][k] = (int32_t)((k * 3 + 60) % 67);
+    for (int pass = 0; pass < 2; pass++) {
+        dt_decoder *d = NULL;
+        dt_batcher *b = NULL;
+        memset(rc[pass], 0, sizeof rc[pass]);
+        if (dt_decoder_create(m, DT_QUANT_NONE, 3, 8, 0, &d) || dt_batcher_create(d, 8, &b)) {
+            EXPECT(0, "reassigned: %s", dt_last_error());
+            dt_decoder_destroy(d);
+            return;
+        }
+        dt_batcher_set_prefix_reuse(b, pass == 0);
+        for (int i = 0; i < 4; i++) {
+            if (i == 2) /* A reads its prompt and ends; B still waits */
+                for (int step = 0; step < 2; step++) EXPECT(!dt_batcher_step(b), "reassigned: step: %s", dt_last_error());
+            dt_infer_request r = { p[i], len[i], maxt[i], { .temperature = 0.9f, .top_p = 1 }, 21, on_token, on_end, &rc[pass][i], NULL,
+                                   &cached[pass][i], 0 };
+            EXPECT(!dt_batcher_add(b, &r), "reassigned: add %d: %s", i, dt_last_error());
+        }
+        EXPECT(rc[pass][0].ended && !rc[pass][1].ended, "reassigned: A %s ended and B %s when C and D joined", rc[pass][0].ended ? "had" : "had not",
+               rc[pass][1].ended ? "too" : "not");
+        for (int step = 0; step < 100 && dt_batcher_get_stats(b).running > 0; step++) EXPECT(!dt_batcher_step(b), "reassigned: step: %s", dt_last_error());
+        dt_batcher_destroy(b);
+        dt_decoder_destroy(d);
+    }
+    for (int i = 0; i < 4; i++)
+        EXPECT(rc[0][i].n == maxt[i] && rc[1][i].n == maxt[i] && rc[0][i].hash == rc[1][i].hash && !memcmp(rc[0][i].tok, rc[1][i].tok, sizeof(int32_t) * (size_t)maxt[i]),
+               "reassigned: request %d's tokens and logits' bits not those with reuse off", i);
+    EXPECT(cached[0][1] == 11 && rc[0][1].tok[0] == rc[0][0].tok[0], "reassigned: B took %d cached tokens (not 11), its first token %d (A's %d)",
+           cached[0][1], (int)rc[0][1].tok[0], (int)rc[0][0].tok[0]);
+}
+
 /* cache_salt: a prompt reuses only what requests of its salt left. A (salt 1) runs alone; then B (salt 2) and C
  * (salt 1), the same prompt and seed: B reads it whole, C takes 19 of its 20 tokens from A's slot; all three draw the
  * same tokens and logits' bits. */
@@ -782,7 +821,7 @@ int main(int argc, char **argv) {
             invariance(m, DT_QUANT_INT8);
             prefix_reuse(m, DT_QUANT_NONE);
             prefix_reuse(m, DT_QUANT_INT8);
-            if (ranks == 1 && !family) refusals(m), salted(m);
+            if (ranks == 1 && !family) refusals(m), salted(m), reassigned(m);
             prefix_stress(m);
             dt_tp_ops ops2;
             dt_gpt2 *whole2 = small_model(family, heads, kv_heads), *m2 = whole2 && ranks > 1 ? tp_part(whole2, w, &ops2) : whole2;
