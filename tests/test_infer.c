@@ -433,16 +433,22 @@ static dt_infer_request request(int i, record *rc) {
     return (dt_infer_request){ prompts[i], plen[i], 12, s, 100 + (uint64_t)i, on_token, on_end, rc, NULL, NULL, 0 };
 }
 
+/* A decoder of nslots slots over m and its batcher of budget rows (false, said as what's failure: neither made). */
+static bool open_batcher(dt_gpt2 *m, dt_quant q, int nslots, int budget, const char *what, dt_decoder **d, dt_batcher **b) {
+    *d = NULL, *b = NULL;
+    if (!dt_decoder_create(m, q, nslots, budget, 0, d) && !dt_batcher_create(*d, budget, b)) return true;
+    EXPECT(0, "%s: %s", what, dt_last_error());
+    dt_decoder_destroy(*d);
+    *d = NULL;
+    return false;
+}
+
 /* The requests in `order`, each added at step join[k] (or when a slot frees), over nslots slots and a token budget. */
 static void serve(dt_gpt2 *m, dt_quant q, int nslots, int budget, const int *join, record *rc) {
     dt_decoder *d = NULL;
     dt_batcher *b = NULL;
     memset(rc, 0, sizeof(record) * NREQ);
-    if (dt_decoder_create(m, q, nslots, budget, 0, &d) || dt_batcher_create(d, budget, &b)) {
-        EXPECT(0, "batcher: %s", dt_last_error());
-        dt_decoder_destroy(d);
-        return;
-    }
+    if (!open_batcher(m, q, nslots, budget, "batcher", &d, &b)) return;
     int added[NREQ] = { 0 }, step = 0, left = 1;
     while (left > 0 && step < 10000) {
         for (int i = 0; i < NREQ; i++) /* in request order, as slots free */
@@ -503,11 +509,7 @@ static void prefix_run(dt_gpt2 *m, dt_quant q, bool reuse, record *rc, int *cach
     memset(rc, 0, sizeof(record) * 6);
     for (int k = 0; k < 20; k++) p[0][k] = p[1][k] = p[2][k] = p[3][k] = (int32_t)((k * 13 + 5) % 67);
     for (int k = 12; k < 20; k++) p[3][k] = (int32_t)((k * 29 + 1) % 67);
-    if (dt_decoder_create(m, q, 4, 16, 0, &d) || dt_batcher_create(d, 16, &b)) {
-        EXPECT(0, "prefix reuse: %s", dt_last_error());
-        dt_decoder_destroy(d);
-        return;
-    }
+    if (!open_batcher(m, q, 4, 16, "prefix reuse", &d, &b)) return;
     dt_batcher_set_prefix_reuse(b, reuse);
     for (int phase = 0; phase < 2; phase++) {
         int first = phase ? 4 : 0, last = phase ? 6 : 4;
@@ -573,11 +575,7 @@ static void prefix_stress(dt_gpt2 *m) {
         dt_decoder *d = NULL;
         dt_batcher *b = NULL;
         memset(rc[pass], 0, sizeof rc[pass]);
-        if (dt_decoder_create(m, DT_QUANT_NONE, 3, 8, 0, &d) || dt_batcher_create(d, 8, &b)) {
-            EXPECT(0, "prefix stress: %s", dt_last_error());
-            dt_decoder_destroy(d);
-            return;
-        }
+        if (!open_batcher(m, DT_QUANT_NONE, 3, 8, "prefix stress", &d, &b)) return;
         dt_batcher_set_prefix_reuse(b, pass == 0);
         uint64_t order = 99;
         int next = 0;
@@ -616,11 +614,7 @@ static void reassigned(dt_gpt2 *m) {
         dt_decoder *d = NULL;
         dt_batcher *b = NULL;
         memset(rc[pass], 0, sizeof rc[pass]);
-        if (dt_decoder_create(m, DT_QUANT_NONE, 3, 8, 0, &d) || dt_batcher_create(d, 8, &b)) {
-            EXPECT(0, "reassigned: %s", dt_last_error());
-            dt_decoder_destroy(d);
-            return;
-        }
+        if (!open_batcher(m, DT_QUANT_NONE, 3, 8, "reassigned", &d, &b)) return;
         dt_batcher_set_prefix_reuse(b, pass == 0);
         for (int i = 0; i < 4; i++) {
             if (i == 2) /* A reads its prompt and ends; B still waits */
@@ -654,11 +648,7 @@ static void salted(dt_gpt2 *m) {
     static const uint64_t salt[3] = { 1, 2, 1 };
     memset(rc, 0, sizeof rc);
     for (int k = 0; k < 20; k++) p[k] = (int32_t)((k * 17 + 3) % 67);
-    if (dt_decoder_create(m, DT_QUANT_NONE, 3, 16, 0, &d) || dt_batcher_create(d, 16, &b)) {
-        EXPECT(0, "salted: %s", dt_last_error());
-        dt_decoder_destroy(d);
-        return;
-    }
+    if (!open_batcher(m, DT_QUANT_NONE, 3, 16, "salted", &d, &b)) return;
     for (int i = 0; i < 3; i++) {
         dt_infer_request r = { p, 20, 8, { .temperature = 0.9f, .top_p = 1 }, 5, on_token, on_end, &rc[i], NULL, &cached[i], salt[i] };
         EXPECT(!dt_batcher_add(b, &r), "salted: add %d: %s", i, dt_last_error());

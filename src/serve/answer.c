@@ -243,12 +243,22 @@ static void produce_choice(serve_answer *a, serve_choice *c) {
     else whole_choice(a, c, j->text, j->len, NULL, 0);
 }
 
+cJSON *serve_error_object(unsigned status, const char *param, const char *message) {
+    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+    size_t n;
+    char *clean = dt_utf8_clean(message, strlen(message), &n);
+    cJSON_AddStringToObject(e, "message", clean ? clean : "out of memory");
+    cJSON_AddStringToObject(e, "type", status >= 500 ? "server_error" : "invalid_request_error");
+    if (param) cJSON_AddStringToObject(e, "param", param);
+    else cJSON_AddNullToObject(e, "param");
+    cJSON_AddNullToObject(e, "code");
+    free(clean);
+    return o;
+}
+
 /* A failed job's error object (a stream's as an event, then [DONE]). */
 static void failure(serve_answer *a, const serve_job *j) {
-    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
-    cJSON_AddStringToObject(e, "message", j->message);
-    cJSON_AddStringToObject(e, "type", "server_error");
-    emit(a, o);
+    emit(a, serve_error_object(500, NULL, j->message));
     if (a->stream) out_append(a, "data: [DONE]\n\n", NULL, NULL);
     a->finished = true;
 }

@@ -47,19 +47,11 @@ static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, cons
     return ok;
 }
 
-/* OpenAI's error object, counted (caller frees). */
+/* OpenAI's error object as text, counted (caller frees). */
 static char *error_json(serve_http *h, unsigned status, const char *param, const char *message) {
-    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
-    size_t n;
-    char *clean = dt_utf8_clean(message, strlen(message), &n);
-    cJSON_AddStringToObject(e, "message", clean ? clean : "out of memory");
-    cJSON_AddStringToObject(e, "type", status >= 500 ? "server_error" : "invalid_request_error");
-    if (param) cJSON_AddStringToObject(e, "param", param);
-    else cJSON_AddNullToObject(e, "param");
-    cJSON_AddNullToObject(e, "code");
+    cJSON *o = serve_error_object(status, param, message);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    free(clean);
     pthread_mutex_lock(&h->mu);
     if (status >= 500) h->errors_5xx++;
     else h->errors_4xx++;

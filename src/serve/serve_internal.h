@@ -194,5 +194,8 @@ bool serve_answer_ready(const serve_answer *a);
  * every job is done; a failed job's error), finished set with the last. */
 void serve_answer_produce(serve_answer *a);
 void serve_answer_free(serve_answer *a);
+/* OpenAI's error object for an answer of status (5xx: server_error, else invalid_request_error): message (UTF-8
+ * cleaned), param (NULL: null), code null. */
+struct cJSON *serve_error_object(unsigned status, const char *param, const char *message);
 
 #endif
