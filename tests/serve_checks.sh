@@ -238,8 +238,8 @@ kill -TERM $spid; wait $spid
 # ---- logprobs: transformers' log-probabilities of the fixture's Llama folder; the decoder's steps against its prefill ----
 start hflp "$FIX/llama/gqa_folder" --threads 1 --slots 2 || exit 1
 r=$(python3 "$HERE/serve_logprobs.py" hf "$FIX/llama/gqa.safetensors" "$port" 2>&1)
-python3 -c 'import json,sys; w,t,n=json.loads(sys.argv[1]); sys.exit(not (w <= 1e-5 and t == n))' "$r" 2> /dev/null &&
-    ok "logprobs of a Llama folder's prompt (echo, max_tokens 0) against transformers' log_softmax [worst relative, top 5 agree, tokens]: $r" ||
+python3 -c 'import json,sys; w,t,n,p=json.loads(sys.argv[1]); sys.exit(not (w <= 1e-5 and t == n and p == n))' "$r" 2> /dev/null &&
+    ok "logprobs of a Llama folder's prompt (echo, max_tokens 0; vLLM's prompt_logprobs, their ranks) against transformers' log_softmax [worst relative, top 5 agree, tokens, prompt_logprobs agree]: $r" ||
     fail "logprobs against transformers: $r"
 kill -TERM $spid; wait $spid
 start lp "$dir/byte.bin" --threads 1 --slots 2 || exit 1
@@ -286,6 +286,10 @@ ignore_eos not a boolean|400|{"prompt": "The", "ignore_eos": 1}
 vLLM's chat_template (not supported)|400|{"prompt": "The", "chat_template": "{{ x }}"}
 vLLM's continue_final_message (not supported)|400|{"prompt": "The", "continue_final_message": true}
 logprobs above 20|400|{"prompt": "The", "logprobs": 21}
+vLLM's prompt_logprobs above 20|400|{"prompt": "The", "prompt_logprobs": 21}
+vLLM's prompt_logprobs in a stream|400|{"prompt": "The", "prompt_logprobs": 1, "stream": true}
+cache_salt not a string|400|{"prompt": "The", "cache_salt": 7}
+skip_special_tokens not a boolean|400|{"prompt": "The", "skip_special_tokens": "no"}
 logprobs true (the chat API's form) on a completion|400|{"prompt": "The", "logprobs": true}
 max_tokens -1|400|{"prompt": "The", "max_tokens": -1}
 presence_penalty above 2|400|{"prompt": "The", "presence_penalty": 2.5}

@@ -51,11 +51,13 @@ def hf(fixture, port):
     t = tensors(fixture, ["inputs", "logits"])
     (inp, ishape), (lg, lshape) = t["inputs"], t["logits"]
     rows, T, V = ishape[0], ishape[1], lshape[2]
-    worst, tops = 0.0, 0
+    worst, tops, ranked = 0.0, 0, 0
     for row in range(rows):
         ids = list(inp[row * T:(row + 1) * T])
         lp = post(port, {"prompt": ids, "max_tokens": 0, "echo": True, "logprobs": 5})["choices"][0]["logprobs"]
         assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None and len(lp["tokens"]) == T, lp
+        pl = post(port, {"prompt": ids, "max_tokens": 0, "prompt_logprobs": 5})["choices"][0]["prompt_logprobs"]
+        assert pl[0] is None and len(pl) == T and all(5 <= len(e) <= 6 for e in pl[1:]), pl
         # lm-evaluation-harness's loglikelihood request (local-completions): one token drawn, an entry for it even
         # where it ends the text, the prompt's read from [ctxlen:-1]
         h = post(port, {"prompt": [ids], "max_tokens": 1, "logprobs": 1, "echo": True, "temperature": 0, "seed": 1234})
@@ -72,6 +74,16 @@ def hf(fixture, port):
             got = lp["top_logprobs"][i]  # the text of a byte below 128 is its character (NUL's U+FFFD: C strings hold none)
             key = [chr(v) if v else "\ufffd" for v in top]
             tops += all(k in got and abs(got[k] - (logits[v] - lse)) <= 1e-5 * abs(logits[v] - lse) for k, v in zip(key, top))
+            # vLLM's prompt_logprobs: the token's entry (the echo's logprob, its rank among transformers' logits, ties
+            # within 1e-5 either way) and the 5 likeliest ranked 1 to 5
+            e = pl[i]
+            own = e[str(ids[i])]
+            eps = 1e-5 * max(abs(x) for x in logits)
+            lo, hi = 1 + sum(x > logits[ids[i]] + eps for x in logits), 1 + sum(x > logits[ids[i]] - eps for x in logits)
+            assert own["logprob"] == lp["token_logprobs"][i] and lo <= own["rank"] <= hi, (i, own, lo, hi)
+            assert all(e[str(v)]["rank"] == k + 1 and abs(e[str(v)]["logprob"] - (logits[v] - lse)) <= 1e-5 * abs(logits[v] - lse)
+                       for k, v in enumerate(top) if v != ids[i]), (i, e, top)
+            ranked += 1
     # vLLM's ignore_eos: this prompt's greedy answer ends at once (the folder's eos_token_id, 2); ignored, it runs to
     # max_tokens, the end drawn in its logprobs and left out of its text
     plain = post(port, {"prompt": [5, 6, 7, 8], "max_tokens": 6, "temperature": 0, "logprobs": 0})["choices"][0]
@@ -92,7 +104,7 @@ def hf(fixture, port):
                       "stop_token_ids": [ord(t)]})["choices"][0]
     assert cut["logprobs"]["tokens"] == c["logprobs"]["tokens"][:i + 1] and cut["text"].endswith(t) and \
         cut["finish_reason"] == "stop", (cut, c)
-    print(json.dumps([worst, tops, rows * (T - 1)]))
+    print(json.dumps([worst, tops, rows * (T - 1), ranked]))
 
 
 def same(port, prompt):

@@ -99,6 +99,30 @@ static cJSON *logprobs_json(const serve_answer *a, serve_choice *c, size_t upto,
     return o;
 }
 
+/* vLLM's prompt_logprobs of a whole answer: null for the first token, then an object a token, {"<id>": {"logprob",
+ * "rank", "decoded_token"}} for it and its N most likely alternatives (ranked 1 to N). */
+static cJSON *prompt_logprobs_json(const serve_answer *a, const serve_job *j) {
+    cJSON *list = cJSON_CreateArray();
+    for (int i = 0; i < j->p.nprompt; i++) {
+        const serve_logprob *x = &j->plp[i];
+        if (isnan(x->logprob)) { cJSON_AddItemToArray(list, cJSON_CreateNull()); continue; }
+        cJSON *o = cJSON_CreateObject();
+        for (int k = -1; k < j->p.prompt_top; k++) { /* the token, then its alternatives */
+            int32_t id = k < 0 ? x->token : x->top[k];
+            char key[16], *s = token_string(a->vocab, id);
+            snprintf(key, sizeof key, "%d", (int)id);
+            if (cJSON_GetObjectItemCaseSensitive(o, key)) { free(s); continue; }
+            cJSON *e = cJSON_AddObjectToObject(o, key);
+            cJSON_AddNumberToObject(e, "logprob", k < 0 ? x->logprob : x->top_lp[k]);
+            cJSON_AddNumberToObject(e, "rank", k < 0 ? x->rank : k + 1);
+            cJSON_AddStringToObject(e, "decoded_token", s ? s : "");
+            free(s);
+        }
+        cJSON_AddItemToArray(list, o);
+    }
+    return list;
+}
+
 /* The object around the choices (a chat's chat.completion, streamed as chat.completion.chunk): its choices array. */
 static cJSON *envelope(const serve_answer *a, cJSON **choices) {
     char id[40];
@@ -134,6 +158,7 @@ static cJSON *choice_json(const serve_answer *a, serve_choice *c, const char *te
     cJSON_AddNumberToObject(ch, "index", (double)(c - a->ch));
     choice_text(ch, a->chat, !a->stream, c->chunks++ == 0, clean ? clean : "", reasoning ? rclean ? rclean : "" : NULL, calls);
     cJSON_AddItemToObject(ch, "logprobs", logprobs_json(a, c, reason ? c->job->len : c->job->visible, reason != NULL));
+    if (c->job->plp && !a->stream) cJSON_AddItemToObject(ch, "prompt_logprobs", prompt_logprobs_json(a, c->job));
     if (reason) cJSON_AddStringToObject(ch, "finish_reason", reason);
     else cJSON_AddNullToObject(ch, "finish_reason");
     free(clean), free(rclean);

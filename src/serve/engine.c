@@ -63,6 +63,7 @@ void serve_job_release(serve_job *j) {
     serve_params_free(&j->p);
     free(j->text);
     free(j->lp);
+    free(j->plp);
     free(j);
     if (lock_left) return;
     pthread_mutex_destroy(&l->mu);
@@ -169,16 +170,22 @@ static int on_token(void *ctx, int32_t token, const float *logits) {
     return stop;
 }
 
-/* The echoed prompt's token pos + 1 scored by the logits after pos (its entry made when the prompt was echoed). */
+/* The prompt's token pos + 1 scored by the logits after pos: the echoed prompt's entry (made when it was echoed) and
+ * prompt_logprobs' (the top alternatives of both one list, most likely first; its rank among the logits). */
 static void on_prompt(void *ctx, int pos, const float *logits) {
     serve_job *j = ctx;
+    int V = j->engine->v->vocab, top = j->p.top > j->p.prompt_top ? j->p.top : j->p.prompt_top;
+    int32_t token = j->p.prompt[pos + 1];
     serve_logprob one;
-    logprob_of(j, logits, j->p.prompt[pos + 1], &one);
+    one.logprob = dt_logprob_top(logits, V, token, top, one.top, one.top_lp);
+    one.rank = 1;
+    for (int v = 0; v < V; v++) one.rank += logits[v] > logits[token];
     pthread_mutex_lock(&j->lock->mu);
-    if (pos + 1 < j->nlp) {
+    if (j->p.echo && pos + 1 < j->nlp) {
         serve_logprob *x = &j->lp[pos + 1];
         one.token = x->token, one.at = x->at, one.textless = false, *x = one;
     }
+    if (j->plp) one.token = token, one.at = 0, one.textless = false, j->plp[pos + 1] = one;
     pthread_mutex_unlock(&j->lock->mu);
 }
 
@@ -228,7 +235,7 @@ static void admit(serve_engine *e) {
         pthread_mutex_unlock(&j->lock->mu);
         if (gone) { e->st.cancelled++; finish_unrun(j, NULL); continue; }
         dt_infer_request r = { j->p.prompt, j->p.nprompt, j->p.max_tokens, j->p.sampling, j->p.seed, on_token, on_end, j,
-                               j->p.echo && j->p.logprobs ? on_prompt : NULL, &j->cached, j->p.salt };
+                               (j->p.echo && j->p.logprobs) || j->plp ? on_prompt : NULL, &j->cached, j->p.salt };
         if (dt_batcher_add(e->b, &r)) { finish_unrun(j, dt_last_error()); continue; }
         e->st.prompt_tokens += j->p.nprompt;
         e->st.cached_tokens += j->cached;

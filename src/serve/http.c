@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,6 +145,11 @@ static serve_job *choice_job(serve_http *h, serve_params *p, int i, long id, ser
                 serve_job_release(j), serve_job_release(j);
                 return NULL;
             }
+    if (j->p.prompt_lps && !(j->plp = calloc((size_t)j->p.nprompt, sizeof *j->plp))) {
+        serve_job_release(j), serve_job_release(j);
+        return NULL;
+    }
+    for (int k = 0; j->plp && k < j->p.nprompt; k++) j->plp[k].token = j->p.prompt[k], j->plp[k].logprob = NAN;
     j->base = j->len;
     j->visible = scores ? 0 : j->len; /* (the prompt's scores come with the first token, or the end) */
     return j;

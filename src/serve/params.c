@@ -121,7 +121,7 @@ static dt_status refuse_unsupported(const cJSON *o, const char **param) {
         if (f && !cJSON_IsNull(f) && !cJSON_IsFalse(f)) return bad(param, flags[i], "'%s' is not supported by this server%s", " (only false)");
     }
     static const char *lists[] = { "bad_words", "allowed_token_ids", "guided_json", "guided_regex", "guided_choice",
-                                   "guided_grammar", "structured_outputs", "prompt_logprobs", "documents" };
+                                   "guided_grammar", "structured_outputs", "documents" };
     for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, lists[i]);
         if (f && !cJSON_IsNull(f) && !((cJSON_IsArray(f) || cJSON_IsObject(f)) && !f->child))
@@ -243,6 +243,19 @@ static dt_status read_stop_ids(const cJSON *o, const serve_vocab *v, int max_tok
     return DT_OK;
 }
 
+/* vLLM's prompt_logprobs: N (0 to 20) of a whole completion's answer (a stream's chunks have no field for them, nor a
+ * chat's answer here). */
+static dt_status read_prompt_logprobs(const cJSON *o, bool chat, serve_params *p, const char **param) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "prompt_logprobs");
+    double n;
+    if (!f || cJSON_IsNull(f)) return DT_OK;
+    if (chat || p->stream)
+        return bad(param, "prompt_logprobs", "'%s' is not supported by this server %s", chat ? "for a chat" : "in a stream (a whole completion's answer has them)");
+    dt_status st = number(o, "prompt_logprobs", 0, SERVE_MAX_TOP, true, 0, &n, param);
+    if (!st) p->prompt_lps = true, p->prompt_top = (int)n;
+    return st;
+}
+
 /* Log-probabilities: a completion's "logprobs": N (each token's, with its N most likely alternatives; null: none); a
  * chat's "logprobs": true with "top_logprobs": N (0 by default; refused without logprobs, as OpenAI does). */
 static dt_status read_logprobs(const cJSON *o, bool chat, serve_params *p, const char **param) {
@@ -346,6 +359,7 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
     if (!st && chat && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "echo"))) /* (vLLM's: the last message echoed) */
         st = bad(param, "echo", "'%s' is not supported by this server for a chat%s", " (a completion's echo is)");
     if (!st) st = read_logprobs(o, chat, p, param);
+    if (!st) st = read_prompt_logprobs(o, chat, p, param);
     if (!st) st = read_stream_options(o, p, param);
     if (!st) st = read_flag(o, "ignore_eos", &p->ignore_eos, param); /* (vLLM's) */
     bool skip = true;

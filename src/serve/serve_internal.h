@@ -56,6 +56,8 @@ typedef struct {
     uint64_t salt;       /* vLLM's cache_salt, hashed (0: none): prefix reuse only between requests of the same salt */
     bool keep_special;   /* vLLM's skip_special_tokens false (or tools, whose calls a special token may open): their text kept */
     bool logprobs;       /* each token's log-probability (a completion's "logprobs": N, a chat's "logprobs": true) */
+    bool prompt_lps;     /* vLLM's prompt_logprobs: each prompt token's log-probability, rank and prompt_top likeliest */
+    int prompt_top;
     int top;             /* and its top alternatives (0 to SERVE_MAX_TOP: N, or a chat's "top_logprobs") */
     bool chat;           /* /v1/chat/completions: messages in, a chat.completion out */
     bool tools;          /* with tools the model may call (tool_choice auto): its answer's tool calls read (tool_calls.c) */
@@ -96,6 +98,7 @@ typedef struct {
     int32_t token;
     float logprob;
     size_t at;  /* where its bytes start in the job's text */
+    int rank;   /* the token's place in its distribution, 1 the likeliest (prompt_logprobs') */
     bool textless; /* an end, or a special token whose text is left out: none in the text; sent when its text would be,
                     * or last (as vLLM's, an entry a token drawn) */
     int32_t top[SERVE_MAX_TOP];
@@ -125,6 +128,7 @@ typedef struct serve_job {
     int generated;
     int cached;          /* of the prompt's tokens, those whose keys and values a cache slot gave (prefix reuse) */
     serve_logprob *lp;   /* with logprobs: an entry a token of text (the echoed prompt's, then the answer's) */
+    serve_logprob *plp;  /* with prompt_logprobs: an entry a prompt token (the first's logprob NAN: none) */
     int nlp, caplp;
     bool cancelled;      /* the client left: the engine ends it at its next token */
     bool failed;         /* the engine could not run it (error in message) */

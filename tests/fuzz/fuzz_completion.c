@@ -16,6 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
             /* (a completion of max_tokens 0 scores its prompt alone; a chat draws at least one) */
             if (p.nprompt < 1 || p.nprompt + p.max_tokens > 64 || p.max_tokens < !!chat || dt_sampling_check(&p.sampling)) abort();
             if (p.n < 1 || p.n > 128 || p.top < 0 || p.top > SERVE_MAX_TOP || p.nbias < 0 || p.nbias > v.vocab) abort();
+            if (p.prompt_top < 0 || p.prompt_top > SERVE_MAX_TOP || (p.prompt_lps && (chat || p.stream))) abort();
             for (int i = 0; i < p.nbias; i++)
                 if (p.bias[i].token < 0 || p.bias[i].token >= v.vocab || p.sampling.logit_bias != p.bias) abort();
             if (p.nstop_ids > 64 || p.sampling.min_tokens > p.max_tokens || p.sampling.suppress != p.suppress) abort();
