@@ -79,7 +79,8 @@ def hf(fixture, port):
             e = pl[i]
             own = e[str(ids[i])]
             eps = 1e-5 * max(abs(x) for x in logits)
-            lo, hi = 1 + sum(x > logits[ids[i]] + eps for x in logits), 1 + sum(x > logits[ids[i]] - eps for x in logits)
+            lo = 1 + sum(x > logits[ids[i]] + eps for x in logits)
+            hi = 1 + sum(x > logits[ids[i]] - eps for v, x in enumerate(logits) if v != ids[i])
             assert own["logprob"] == lp["token_logprobs"][i] and lo <= own["rank"] <= hi, (i, own, lo, hi)
             assert all(e[str(v)]["rank"] == k + 1 and abs(e[str(v)]["logprob"] - (logits[v] - lse)) <= 1e-5 * abs(logits[v] - lse)
                        for k, v in enumerate(top) if v != ids[i]), (i, e, top)
