@@ -178,8 +178,8 @@ static void on_prompt(void *ctx, int pos, const float *logits) {
     int32_t token = j->p.prompt[pos + 1];
     serve_logprob one;
     one.logprob = dt_logprob_top(logits, V, token, top, one.top, one.top_lp);
-    one.rank = 1;
-    for (int v = 0; v < V; v++) one.rank += logits[v] > logits[token];
+    one.rank = 1; /* (prompt_logprobs' alone: a pass over the vocabulary a prompt token) */
+    for (int v = 0; j->plp && v < V; v++) one.rank += logits[v] > logits[token];
     pthread_mutex_lock(&j->lock->mu);
     if (j->p.echo && pos + 1 < j->nlp) {
         serve_logprob *x = &j->lp[pos + 1];

@@ -101,9 +101,9 @@ static dt_status read_stop(const cJSON *o, serve_params *p, const char **param) 
     return DT_OK;
 }
 
+/* A boolean field into *out, which keeps its default (false in the zeroed params, or the caller's) where it is absent. */
 static dt_status read_flag(const cJSON *o, const char *name, bool *out, const char **param) {
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
-    *out = false;
     if (!f || cJSON_IsNull(f)) return DT_OK;
     if (!cJSON_IsBool(f)) return bad(param, name, "'%s' must be true or false%s", "");
     *out = cJSON_IsTrue(f);
@@ -362,9 +362,8 @@ static dt_status read_all(const cJSON *o, const serve_vocab *v, int context, boo
     if (!st) st = read_prompt_logprobs(o, chat, p, param);
     if (!st) st = read_stream_options(o, p, param);
     if (!st) st = read_flag(o, "ignore_eos", &p->ignore_eos, param); /* (vLLM's) */
-    bool skip = true;
-    const cJSON *sk = cJSON_GetObjectItemCaseSensitive(o, "skip_special_tokens"); /* (vLLM's, true unless given) */
-    if (!st && sk && !cJSON_IsNull(sk)) st = read_flag(o, "skip_special_tokens", &skip, param);
+    bool skip = true; /* (vLLM's skip_special_tokens: true unless given) */
+    if (!st) st = read_flag(o, "skip_special_tokens", &skip, param);
     /* (with tools, as vLLM's tool parsers ask: a call may open with a special token, Llama 3.1's <|python_tag|>) */
     p->keep_special = !skip || p->tools;
     if (!st) st = read_response_format(o, param);
